@@ -1,0 +1,235 @@
+"""Loading and saving models: `load_pretrained` and `save_pretrained`.
+
+    load_pretrained(name_or_path)
+        1. find the folder (a path, a known name that is downloaded and cached,
+           or None for the model bundled with minibert)       -> hub.py
+        2. detect the format from the files present:
+             bert_config.json / albert_config.json + *.index + *.data-*
+                 Google's TensorFlow checkpoint (also a TF-Hub SavedModel's
+                 variables/variables.*)                       -> tf_bundle.py
+             config.json + model.safetensors                  -> safetensors.py
+             config.json + pytorch_model.bin                  -> torch.load
+        3. build a BertModel with the heads the checkpoint has, map names
+           through one explicit table                          -> name_maps.py
+        4. copy tensors and check: missing, unexpected and mis-shaped tensors
+           are an error; what was skipped on purpose is reported.
+
+The model (model.py) knows nothing of any of this.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from minibert.checkpoints.name_maps import (LoadReport, detect_heads, expand, module_rows, normalize_hf_names,
+                                            normalize_tf_names, tied_copy_rows)
+from minibert.errors import MiniBertError
+from minibert.model import BertConfig, BertModel
+
+GOOGLE_CONFIG_FILES = ("bert_config.json", "albert_config.json")
+TOKENIZER_FILES = ("vocab.txt", "spiece.model", "30k-clean.model", "tokenizer_config.json")
+
+
+def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False):
+    """Return a BertModel (in eval mode) from a folder, a file inside one, a
+    known model name, or None for the bundled default model. The model's
+    `load_report` says what was loaded and skipped; `source_dir` is the folder."""
+    from minibert.checkpoints.hub import resolve_model_dir
+    folder = Path(resolve_model_dir(name_or_path))
+
+    google_config = next((folder / n for n in GOOGLE_CONFIG_FILES if (folder / n).is_file()), None)
+    if (folder / "config.json").is_file() and any((folder / n).is_file() for n in ("model.safetensors", "pytorch_model.bin")):
+        model = load_huggingface_folder(folder)
+    elif google_config is not None:
+        model = load_google_folder(folder, google_config)
+    else:
+        raise MiniBertError(
+            f"{folder}: no checkpoint found; expected config.json with model.safetensors or "
+            f"pytorch_model.bin (Hugging Face), or bert_config.json / albert_config.json with a "
+            f"TensorFlow checkpoint (*.index + *.data-*)")
+    if verbose:
+        print(model.load_report)
+    model.source_dir = folder
+    return model.to(dtype).eval()
+
+
+def load_google_folder(folder, config_file):
+    """Google's TF checkpoint: bert_config.json or albert_config.json + TensorBundle."""
+    from minibert.checkpoints.tf_bundle import find_tf_checkpoint_prefix, read_tf_checkpoint
+    config = google_config_to_ours(config_file)
+    prefix = find_tf_checkpoint_prefix(folder)
+    tensors, skipped = normalize_tf_names(read_tf_checkpoint(prefix))
+    return build_and_fill(config, tensors, skipped, "tensorflow", source=f"{prefix}.index")
+
+
+def google_config_to_ours(config_file):
+    with open(config_file, encoding="utf-8") as f:
+        try:
+            values = json.load(f)
+        except ValueError as e:
+            raise MiniBertError(f"{config_file}: not valid JSON ({e})") from None
+    if config_file.name == "albert_config.json":
+        values["model_type"] = "albert"
+        values.setdefault("embedding_size", 128)
+        values.setdefault("num_hidden_groups", 1)
+        # ALBERT's modeling.py `gelu` is the tanh approximation (formats.md 2.2).
+        if values.get("hidden_act", "gelu") == "gelu":
+            values["hidden_act"] = "gelu_new"
+    else:
+        values["model_type"] = "bert"
+    return BertConfig.from_dict(values)
+
+
+def load_huggingface_folder(folder):
+    """Hugging Face: config.json + model.safetensors (preferred) or pytorch_model.bin."""
+    from minibert.checkpoints.safetensors import load_safetensors, load_torch_bin
+    config_file = folder / "config.json"
+    values = read_json(config_file)
+    model_type = values.get("model_type")
+    if model_type not in ("bert", "albert"):
+        raise MiniBertError(f"{config_file}: model_type is {model_type!r}; minibert reads 'bert' and 'albert'")
+    if model_type == "albert":
+        values.setdefault("embedding_size", 128)
+        values.setdefault("num_hidden_groups", 1)
+        values.setdefault("hidden_act", "gelu_new")
+    config = BertConfig.from_dict(values)
+    weights = folder / "model.safetensors"
+    raw = load_safetensors(weights) if weights.is_file() else load_torch_bin(folder / "pytorch_model.bin")
+    if not weights.is_file():
+        weights = folder / "pytorch_model.bin"
+    tensors, skipped = normalize_hf_names(raw)
+    return build_and_fill(config, tensors, skipped, "huggingface", source=str(weights))
+
+
+def build_and_fill(config, tensors, skipped, source_format, source):
+    """Build a model with the heads present in `tensors` and copy every tensor
+    in through the name map. Strict: anything missing, unexpected or of the
+    wrong shape is an error naming the file."""
+    heads = detect_heads(tensors, source_format)
+    if heads["with_nsp_head"] and not heads["with_pooler"]:
+        heads["with_nsp_head"] = False  # nothing to feed it; reported as unexpected below
+    model = BertModel(config, **heads)
+    report = LoadReport(source=source, skipped=list(skipped))
+
+    # A tied duplicated BERT stores its copies at the extra depths: skip them.
+    for depth, layer in tied_copy_rows(config):
+        prefix = f"bert.encoder.layer.{depth}." if source_format == "huggingface" else f"bert/encoder/layer_{depth}/"
+        for name in [n for n in tensors if n.startswith(prefix)]:
+            tensors.pop(name)
+            report.skipped.append((name, f"tied copy of layer {layer}"))
+
+    ours = model.state_dict()
+    remaining = dict(tensors)
+    for name in expand(module_rows(config, **heads), source_format):
+        if name.theirs not in remaining:
+            report.missing.append(name.theirs)
+            continue
+        value = torch.as_tensor(np.asarray(remaining.pop(name.theirs))) if not torch.is_tensor(
+            remaining[name.theirs]) else remaining.pop(name.theirs)
+        if name.transpose:
+            value = value.T
+        target = ours[name.ours]
+        if tuple(value.shape) != tuple(target.shape):
+            report.shape_mismatches.append((name.theirs, tuple(target.shape), tuple(value.shape)))
+            continue
+        with torch.no_grad():
+            target.copy_(value.to(target.dtype))
+        report.loaded.append(name.theirs)
+    report.unexpected = sorted(remaining)
+    report.raise_if_bad()
+    model.load_report = report
+    return model
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError) as e:
+        raise MiniBertError(f"{path}: cannot read JSON ({e})") from None
+    if not isinstance(values, dict):
+        raise MiniBertError(f"{path}: expected a JSON object")
+    return values
+
+
+# ----------------------------------------------------------------------------
+# Saving: Hugging Face layout, so `transformers` loads what minibert writes
+# ----------------------------------------------------------------------------
+
+
+def huggingface_config(model):
+    """config.json as transformers expects it. A tied duplicated model is
+    written with every depth as its own layer (transformers has no tied
+    layers) plus minibert's own `layer_order` key, which transformers ignores
+    and minibert uses to tie the copies again on load."""
+    config = model.config
+    albert = config.model_type == "albert"
+    if model.mlm_head is not None and model.nsp_head is not None:
+        head = "ForPreTraining"
+    elif model.mlm_head is not None:
+        head = "ForMaskedLM"
+    else:
+        head = "Model"
+    values = {
+        "architectures": [("Albert" if albert else "Bert") + head],
+        "model_type": config.model_type,
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "intermediate_size": config.intermediate_size,
+        "hidden_act": config.hidden_act,
+        "hidden_dropout_prob": config.hidden_dropout_prob,
+        "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
+        "max_position_embeddings": config.max_position_embeddings,
+        "type_vocab_size": config.type_vocab_size,
+        "initializer_range": config.initializer_range,
+        "layer_norm_eps": config.layer_norm_eps,
+        "pad_token_id": config.pad_token_id,
+    }
+    if albert:
+        values.update(embedding_size=config.embedding_dim, num_hidden_groups=config.num_groups,
+                      inner_group_num=config.inner_group_num)
+    if config.layer_order is not None:
+        values["layer_order"] = list(config.layer_order)
+    return values
+
+
+def huggingface_state_dict(model):
+    """Our tensors under Hugging Face names, each its own contiguous copy
+    (safetensors cannot store two names for one tensor; the MLM decoder is left
+    out because transformers ties it to the word embeddings)."""
+    config = model.config
+    heads = dict(with_pooler=model.pooler is not None, with_mlm_head=model.mlm_head is not None,
+                 with_nsp_head=model.nsp_head is not None)
+    ours = model.state_dict()
+    out = {name.theirs: ours[name.ours].detach().to("cpu").contiguous().clone()
+           for name in expand(module_rows(config, **heads), "huggingface")}
+    for depth, layer in tied_copy_rows(config):
+        source_depth = config.depth_plan().index(layer)
+        for key in [k for k in out if k.startswith(f"bert.encoder.layer.{source_depth}.")]:
+            out[key.replace(f".layer.{source_depth}.", f".layer.{depth}.", 1)] = out[key].clone()
+    return out
+
+
+def save_pretrained(model, directory, tokenizer=None):
+    """Write config.json, model.safetensors and the tokenizer files."""
+    from minibert.checkpoints.safetensors import save_safetensors
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_safetensors(huggingface_state_dict(model), directory / "model.safetensors", metadata={"format": "pt"})
+    config_text = json.dumps(huggingface_config(model), indent=2) + "\n"
+    temporary = directory / "config.json.tmp"
+    temporary.write_text(config_text, encoding="utf-8")
+    os.replace(temporary, directory / "config.json")
+    if tokenizer is None:
+        source = getattr(model, "source_dir", None)
+        if source is not None and any((Path(source) / n).exists() for n in TOKENIZER_FILES):
+            from minibert.tokenization import load_tokenizer
+            tokenizer = load_tokenizer(source)
+    if tokenizer is not None:
+        tokenizer.save(directory)

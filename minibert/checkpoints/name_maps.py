@@ -1,0 +1,254 @@
+"""Name maps: our parameter names <-> Hugging Face's <-> Google's TensorFlow names.
+
+One explicit table per model family. Each row names one module of ours, the
+same module in a Hugging Face state dict, the same scope in a Google TF
+checkpoint, and its kind, which says how the row expands into tensors:
+
+    kind         ours              Hugging Face       TensorFlow
+    linear       .weight [out,in]  .weight            /kernel [in,out]  (transposed)
+                 .bias             .bias              /bias
+    layer_norm   .weight / .bias   .weight / .bias    /gamma / /beta
+    embedding    .weight           .weight            (the scope itself)
+    param        (the name)        (the name)         (the name)        (no transpose)
+
+`print_name_map(config)` prints the expanded table (`python -m
+minibert.checkpoints.name_maps bert`). Sources: formats.md sections 1.3, 2.3,
+3.1 and 3.2 (Google's modeling.py scopes, Hugging Face's module trees).
+"""
+
+import sys
+from dataclasses import dataclass, field
+
+from minibert.errors import MiniBertError
+
+LINEAR, LAYER_NORM, EMBEDDING, PARAM = "linear", "layer_norm", "embedding", "param"
+
+# Inside one transformer layer: ours, Hugging Face BERT, TF BERT (under layer_N/).
+BERT_LAYER_ROWS = [
+    ("attention.query", "attention.self.query", "attention/self/query", LINEAR),
+    ("attention.key", "attention.self.key", "attention/self/key", LINEAR),
+    ("attention.value", "attention.self.value", "attention/self/value", LINEAR),
+    ("attention.output", "attention.output.dense", "attention/output/dense", LINEAR),
+    ("attention_layer_norm", "attention.output.LayerNorm", "attention/output/LayerNorm", LAYER_NORM),
+    ("intermediate", "intermediate.dense", "intermediate/dense", LINEAR),
+    ("output", "output.dense", "output/dense", LINEAR),
+    ("output_layer_norm", "output.LayerNorm", "output/LayerNorm", LAYER_NORM),
+]
+
+# The same layer in ALBERT: Hugging Face under albert_layer_groups.G.albert_layers.J.,
+# TF under bert/encoder/transformer/group_G/inner_group_J/. Note TF nests the
+# FFN output *inside* `intermediate`, and names the two LayerNorms by TF's
+# automatic suffixes (formats.md 2.3).
+ALBERT_LAYER_ROWS = [
+    ("attention.query", "attention.query", "attention_1/self/query", LINEAR),
+    ("attention.key", "attention.key", "attention_1/self/key", LINEAR),
+    ("attention.value", "attention.value", "attention_1/self/value", LINEAR),
+    ("attention.output", "attention.dense", "attention_1/output/dense", LINEAR),
+    ("attention_layer_norm", "attention.LayerNorm", "LayerNorm", LAYER_NORM),
+    ("intermediate", "ffn", "ffn_1/intermediate/dense", LINEAR),
+    ("output", "ffn_output", "ffn_1/intermediate/output/dense", LINEAR),
+    ("output_layer_norm", "full_layer_layer_norm", "LayerNorm_1", LAYER_NORM),
+]
+
+
+def module_rows(config, with_pooler=True, with_mlm_head=True, with_nsp_head=True):
+    """(ours, huggingface, tensorflow, kind) for every module of a model with this config."""
+    albert = config.model_type == "albert"
+    hf = "albert" if albert else "bert"
+    rows = [
+        ("embeddings.word_embeddings", f"{hf}.embeddings.word_embeddings", "bert/embeddings/word_embeddings", EMBEDDING),
+        ("embeddings.position_embeddings", f"{hf}.embeddings.position_embeddings", "bert/embeddings/position_embeddings", EMBEDDING),
+        ("embeddings.token_type_embeddings", f"{hf}.embeddings.token_type_embeddings", "bert/embeddings/token_type_embeddings", EMBEDDING),
+        ("embeddings.layer_norm", f"{hf}.embeddings.LayerNorm", "bert/embeddings/LayerNorm", LAYER_NORM),
+    ]
+    if albert:
+        rows.append(("embeddings.projection", "albert.encoder.embedding_hidden_mapping_in",
+                     "bert/encoder/embedding_hidden_mapping_in", LINEAR))
+        for group in range(config.num_groups):
+            for inner in range(config.inner_group_num):
+                ours = f"encoder.layers.{group * config.inner_group_num + inner}."
+                theirs_hf = f"albert.encoder.albert_layer_groups.{group}.albert_layers.{inner}."
+                theirs_tf = f"bert/encoder/transformer/group_{group}/inner_group_{inner}/"
+                rows += [(ours + o, theirs_hf + h, theirs_tf + t, kind) for o, h, t, kind in ALBERT_LAYER_ROWS]
+    else:
+        # Distinct layer i is stored at the first depth that runs it (a tied,
+        # duplicated model stores its copies at the other depths too; see
+        # `tied_copy_rows`).
+        plan = config.depth_plan()
+        for layer in range(config.num_groups):
+            depth = plan.index(layer)
+            rows += [(f"encoder.layers.{layer}.{o}", f"bert.encoder.layer.{depth}.{h}",
+                      f"bert/encoder/layer_{depth}/{t}", kind) for o, h, t, kind in BERT_LAYER_ROWS]
+    if with_pooler:
+        rows.append(("pooler.dense", "albert.pooler" if albert else "bert.pooler.dense", "bert/pooler/dense", LINEAR))
+    if with_mlm_head:
+        mlm = "predictions" if albert else "cls.predictions.transform"
+        rows += [
+            ("mlm_head.dense", f"{mlm}.dense", "cls/predictions/transform/dense", LINEAR),
+            ("mlm_head.layer_norm", f"{mlm}.LayerNorm", "cls/predictions/transform/LayerNorm", LAYER_NORM),
+            ("mlm_head.bias", "predictions.bias" if albert else "cls.predictions.bias", "cls/predictions/output_bias", PARAM),
+        ]
+    if with_nsp_head:
+        nsp = "sop_classifier.classifier" if albert else "cls.seq_relationship"
+        rows += [
+            ("nsp_head.weight", f"{nsp}.weight", "cls/seq_relationship/output_weights", PARAM),  # TF stores it [2, H]
+            ("nsp_head.bias", f"{nsp}.bias", "cls/seq_relationship/output_bias", PARAM),
+        ]
+    return rows
+
+
+def tied_copy_rows(config):
+    """For a BERT whose depth plan runs a layer more than once (Kao et al.,
+    tied): (depth, distinct layer) for every depth that is not the first to run
+    its layer. Hugging Face has no tied layers, so these depths are written as
+    copies and skipped on load."""
+    if config.model_type == "albert":
+        return []
+    plan = config.depth_plan()
+    return [(depth, layer) for depth, layer in enumerate(plan) if plan.index(layer) != depth]
+
+
+@dataclass
+class TensorName:
+    ours: str
+    theirs: str
+    transpose: bool = False
+
+
+def expand(rows, source):
+    """Expand module rows into tensor names for `source` ("huggingface" or "tensorflow")."""
+    tf = source == "tensorflow"
+    names = []
+    for ours, hf, tf_scope, kind in rows:
+        theirs = tf_scope if tf else hf
+        if kind == LINEAR:
+            names.append(TensorName(f"{ours}.weight", f"{theirs}/kernel" if tf else f"{theirs}.weight", transpose=tf))
+            names.append(TensorName(f"{ours}.bias", f"{theirs}/bias" if tf else f"{theirs}.bias"))
+        elif kind == LAYER_NORM:
+            names.append(TensorName(f"{ours}.weight", f"{theirs}/gamma" if tf else f"{theirs}.weight"))
+            names.append(TensorName(f"{ours}.bias", f"{theirs}/beta" if tf else f"{theirs}.bias"))
+        elif kind == EMBEDDING:
+            names.append(TensorName(f"{ours}.weight", theirs if tf else f"{theirs}.weight"))
+        else:
+            names.append(TensorName(ours, theirs))
+    return names
+
+
+# ----------------------------------------------------------------------------
+# Source key normalisation: what is renamed, and what is skipped on purpose
+# ----------------------------------------------------------------------------
+
+# TensorFlow: optimizer slots and bookkeeping are not weights.
+TF_SKIP_SUFFIXES = ("/adam_m", "/adam_v")
+TF_SKIP_NAMES = ("global_step",)
+TF_SKIP_PARTS = ("AdamWeightDecayOptimizer", "LAMB")
+
+# Hugging Face: buffers and tied duplicates.
+HF_SKIP_SUFFIXES = ("position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
+                    "predictions.decoder.weight", "predictions.decoder.bias")
+
+
+def normalize_tf_names(tensors):
+    """Strip TF-Hub's `module/` scope; drop optimizer slots. Returns (tensors, skipped)."""
+    kept, skipped = {}, []
+    for name, value in tensors.items():
+        if name.endswith(TF_SKIP_SUFFIXES) or name in TF_SKIP_NAMES or any(p in name for p in TF_SKIP_PARTS):
+            skipped.append((name, "optimizer state"))
+            continue
+        if name.startswith("module/"):
+            name = name[len("module/"):]
+        kept[name] = value
+    return kept, skipped
+
+
+def normalize_hf_names(tensors):
+    """Undo the spellings that differ between Hugging Face files:
+    old `LayerNorm.gamma/beta`; `module.` (DistributedDataParallel) and
+    `_orig_mod.` (torch.compile) prefixes; `BertModel` files saved without the
+    `bert.` prefix. Drop buffers and tied duplicates. Returns (tensors, skipped)."""
+    kept, skipped = {}, []
+    for name, value in tensors.items():
+        for prefix in ("module.", "_orig_mod."):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        if name.endswith(HF_SKIP_SUFFIXES):
+            reason = "buffer" if name.endswith("position_ids") else "tied to the word embeddings"
+            skipped.append((name, reason))
+            continue
+        name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        if name.startswith(("embeddings.", "encoder.", "pooler.")):
+            name = "bert." + name  # a BertModel file; ALBERT files always carry `albert.`
+        kept[name] = value
+    return kept, skipped
+
+
+def detect_heads(names, source):
+    """Which optional parts a checkpoint holds, from its (normalised) names."""
+    tf = source == "tensorflow"
+    has = lambda *prefixes: any(n.startswith(prefixes) for n in names)
+    if tf:
+        return dict(with_pooler=has("bert/pooler/"), with_mlm_head=has("cls/predictions/"),
+                    with_nsp_head=has("cls/seq_relationship/"))
+    return dict(with_pooler=has("bert.pooler.", "albert.pooler."),
+                with_mlm_head=has("cls.predictions.", "predictions."),
+                with_nsp_head=has("cls.seq_relationship.", "sop_classifier."))
+
+
+@dataclass
+class LoadReport:
+    """What a load did, tensor by tensor. A load with anything missing,
+    unexpected or mis-shaped is an error; `skipped` lists what was left out on
+    purpose (optimizer slots, buffers, tied duplicates)."""
+    source: str
+    loaded: list = field(default_factory=list)
+    missing: list = field(default_factory=list)            # our names the checkpoint lacks
+    unexpected: list = field(default_factory=list)         # checkpoint names we have no place for
+    shape_mismatches: list = field(default_factory=list)   # (name, expected shape, found shape)
+    skipped: list = field(default_factory=list)            # (checkpoint name, reason)
+
+    @property
+    def ok(self):
+        return not (self.missing or self.unexpected or self.shape_mismatches)
+
+    def __str__(self):
+        lines = [f"load report for {self.source}",
+                 f"  loaded            {len(self.loaded)} tensors",
+                 f"  missing           {len(self.missing)}",
+                 f"  unexpected        {len(self.unexpected)}",
+                 f"  shape mismatches  {len(self.shape_mismatches)}",
+                 f"  skipped on purpose {len(self.skipped)}"]
+        for title, items in (("missing", self.missing), ("unexpected", self.unexpected),
+                             ("shape mismatch", self.shape_mismatches), ("skipped", self.skipped)):
+            lines += [f"    {title}: {item}" for item in items]
+        return "\n".join(lines)
+
+    def raise_if_bad(self):
+        if self.ok:
+            return
+        problems = []
+        if self.missing:
+            problems.append(f"missing {len(self.missing)} tensors (e.g. {self.missing[0]})")
+        if self.unexpected:
+            problems.append(f"{len(self.unexpected)} unexpected tensors (e.g. {self.unexpected[0]})")
+        if self.shape_mismatches:
+            name, want, got = self.shape_mismatches[0]
+            problems.append(f"{len(self.shape_mismatches)} shape mismatches (e.g. {name}: config says {want}, file has {got})")
+        raise MiniBertError(f"{self.source}: " + "; ".join(problems))
+
+
+def print_name_map(config, file=sys.stdout):
+    """Print ours -> Hugging Face -> TensorFlow for every tensor of a model."""
+    rows = module_rows(config)
+    for hf_name, tf_name in zip(expand(rows, "huggingface"), expand(rows, "tensorflow")):
+        flag = "  (transposed)" if tf_name.transpose else ""
+        print(f"{hf_name.ours:50s} {hf_name.theirs:70s} {tf_name.theirs}{flag}", file=file)
+
+
+if __name__ == "__main__":
+    from minibert.model import BertConfig
+    family = sys.argv[1] if len(sys.argv) > 1 else "bert"
+    if family == "albert":
+        print_name_map(BertConfig(model_type="albert", embedding_size=128, num_hidden_groups=1,
+                                  num_hidden_layers=12, hidden_act="gelu_new"))
+    else:
+        print_name_map(BertConfig(num_hidden_layers=2))

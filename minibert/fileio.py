@@ -1,0 +1,77 @@
+"""Writing files so that a crash never leaves half a file behind.
+
+A checkpoint written in place is destroyed if the process dies half-way
+through: the old file is already truncated and the new one is incomplete.
+`atomic_write` avoids that with the usual three steps:
+
+1. write everything to a temporary file in the *same folder* as the target
+   (a rename is only atomic within one file system);
+2. flush Python's buffer and `os.fsync` the file, so the bytes are on disk
+   and not just in the operating system's cache;
+3. `os.replace` the temporary file onto the target. Readers see either the
+   old complete file or the new complete file, never a mixture.
+
+If anything goes wrong before step 3, the temporary file is deleted and the
+target is left untouched.
+
+    with atomic_write("model.safetensors") as f:
+        f.write(header)
+        f.write(data)
+"""
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+from minibert.errors import MiniBertError
+
+
+def temporary_name(path):
+    """A fresh hidden name next to `path`, e.g. `.model.safetensors.1234.9f2c.tmp`."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def fsync_folder(folder):
+    """Make a rename inside `folder` durable. Best effort: not every OS allows it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode="wb"):
+    """Open a temporary file for writing; on success move it onto `path`.
+
+    `mode` is "wb" (bytes, the default) or "w" (UTF-8 text). The file gets the
+    usual permissions for a new file (0666 minus the umask).
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_write: mode must be 'wb' or 'w', not {mode!r}")
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        # O_EXCL: never write into a file someone else created under that name.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:
+        raise MiniBertError(f"{path}: cannot write here ({e.strerror})") from e
+    try:
+        encoding = "utf-8" if mode == "w" else None
+        with open(fd, mode, encoding=encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_folder(path.parent)

@@ -1,0 +1,439 @@
+"""BERT and ALBERT in one file, written out by hand.
+
+Read it top to bottom: config, embeddings, attention, layer, encoder, heads,
+and finally the model that puts them together.
+
+References
+  [BERT]   Devlin et al. 2018, "BERT: Pre-training of Deep Bidirectional
+           Transformers for Language Understanding", arXiv:1810.04805.
+  [ALBERT] Lan et al. 2019, "ALBERT: A Lite BERT for Self-supervised Learning of
+           Language Representations", arXiv:1909.11942.
+  [AIAYN]  Vaswani et al. 2017, "Attention Is All You Need", arXiv:1706.03762.
+  [Kao]    Kao et al. 2020, "BERT's output layer recognizes all hidden layers?",
+           arXiv:2001.09309 (duplicated layers).
+  Google's reference code: github.com/google-research/bert, modeling.py, and
+  github.com/google-research/albert, modeling.py.
+
+BERT and ALBERT differ in three switches, all in `BertConfig`:
+  * `embedding_size` E: ALBERT's word pieces live in a small E-dimensional
+    space and are projected up to the hidden size H ([ALBERT] 3.1,
+    "factorized embedding parameterization"). BERT has E == H and no projection.
+  * `num_hidden_groups` / `inner_group_num`: ALBERT shares one set of layer
+    weights across all depths ([ALBERT] 3.1, "cross-layer parameter sharing").
+    BERT has a distinct layer at every depth.
+  * `hidden_act`: BERT's "gelu" is the exact erf GELU; ALBERT's is the tanh
+    approximation, called "gelu_new" (see `ACTIVATIONS`).
+
+So the encoder is a list of *distinct* layers plus a plan saying which of them
+runs at each depth. The same plan expresses Kao et al.'s duplicated models
+(`layer_order`, e.g. 0,0,1,1,2,2,3,...).
+
+This file knows nothing of checkpoint formats: loading Google's or Hugging
+Face's weights lives in `minibert/checkpoints/`.
+
+Shapes in comments: B batch, T sequence length, H hidden size, E embedding
+size, A attention heads, D = H / A head size, I intermediate size, V vocab.
+"""
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minibert.errors import MiniBertError
+
+# ----------------------------------------------------------------------------
+# Config
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class BertConfig:
+    """Hyper-parameters. Field names equal the keys of `bert_config.json`,
+    `albert_config.json` and Hugging Face's `config.json`, so one config class
+    reads all three (unknown keys, such as multilingual BERT's `pooler_*`, are
+    ignored)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768                  # H
+    num_hidden_layers: int = 12             # L: depth, i.e. how many layers run
+    num_attention_heads: int = 12           # A
+    intermediate_size: int = 3072           # I: feed-forward inner size
+    hidden_act: str = "gelu"                # "gelu" (exact, BERT) or "gelu_new" (tanh, ALBERT)
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2                # segments A and B
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12           # TF's layer_norm epsilon; Google's config has no field
+    pad_token_id: int = 0
+    model_type: str = "bert"                # "bert" or "albert"
+    # ALBERT switches (None means "as BERT").
+    embedding_size: Optional[int] = None    # E; None means E == H
+    num_hidden_groups: Optional[int] = None  # distinct layer groups; None means one per depth
+    inner_group_num: int = 1                # layers inside one group
+    # Kao et al.: which group runs at each depth (None: the usual plan).
+    layer_order: Optional[list] = None
+
+    @classmethod
+    def from_dict(cls, values):
+        known = {f.name for f in fields(cls)}
+        config = cls(**{k: v for k, v in values.items() if k in known})
+        config.validate()
+        return config
+
+    @classmethod
+    def from_json_file(cls, path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, ValueError) as e:
+            raise MiniBertError(f"{path}: cannot read config JSON ({e})") from None
+        if not isinstance(values, dict):
+            raise MiniBertError(f"{path}: expected a JSON object of config fields")
+        return cls.from_dict(values)
+
+    def to_dict(self):
+        return asdict(self)
+
+    @property
+    def embedding_dim(self):
+        """E: the width of the word-piece embeddings."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def num_groups(self):
+        """How many distinct layer groups exist (BERT: one per depth)."""
+        return self.num_hidden_groups or self.num_hidden_layers
+
+    def depth_plan(self):
+        """Which group runs at each depth 0..L-1.
+
+        BERT: group l at depth l. ALBERT: group `l * G // L` ([ALBERT]'s
+        modeling.py `transformer_model`), so with G = 1 every depth reuses group
+        0. A duplicated model (Kao et al.) lists the order explicitly.
+        """
+        if self.layer_order is not None:
+            return list(self.layer_order)
+        L, G = self.num_hidden_layers, self.num_groups
+        return [l * G // L for l in range(L)]
+
+    def validate(self):
+        def fail(field_name, expected):
+            raise MiniBertError(f"config field '{field_name}' = {getattr(self, field_name)!r}: expected {expected}")
+
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "inner_group_num"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                fail(name, "a positive integer")
+        if self.hidden_size % self.num_attention_heads:
+            fail("hidden_size", f"a multiple of num_attention_heads ({self.num_attention_heads})")
+        if self.hidden_act not in ACTIVATIONS:
+            fail("hidden_act", f"one of {sorted(ACTIVATIONS)}")
+        if self.model_type not in ("bert", "albert"):
+            fail("model_type", "'bert' or 'albert'")
+        if self.layer_order is not None:
+            order = self.layer_order
+            if (not isinstance(order, list) or len(order) != self.num_hidden_layers
+                    or not all(isinstance(g, int) and 0 <= g < self.num_groups for g in order)):
+                fail("layer_order", f"a list of {self.num_hidden_layers} group indices in 0..{self.num_groups - 1}")
+
+
+# ----------------------------------------------------------------------------
+# Activations
+# ----------------------------------------------------------------------------
+
+
+def gelu(x):
+    """Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (Hendrycks & Gimpel
+    2016). BERT's checkpoints were trained with this form (formats.md 1.2)."""
+    return F.gelu(x)  # the erf formula above, as one fused kernel
+
+
+def gelu_tanh(x):
+    """The tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+    which ALBERT's modeling.py calls "gelu" and Hugging Face calls "gelu_new"."""
+    return F.gelu(x, approximate="tanh")  # the formula above, as one fused kernel
+
+
+ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh,
+               "relu": F.relu, "tanh": torch.tanh}
+
+
+# ----------------------------------------------------------------------------
+# Embeddings ([BERT] 3, Figure 2)
+# ----------------------------------------------------------------------------
+
+
+class Embeddings(nn.Module):
+    """Input representation: word piece + position + segment (token type)
+    embeddings, summed, then LayerNorm and dropout. For ALBERT the sum lives in
+    E dimensions and a linear map takes it up to H."""
+
+    def __init__(self, config):
+        super().__init__()
+        E = config.embedding_dim
+        self.word_embeddings = nn.Embedding(config.vocab_size, E)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, E)  # learned, not sinusoids
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, E)
+        self.layer_norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        # ALBERT's `embedding_hidden_mapping_in`: E -> H ([ALBERT] 3.1). ALBERT
+        # checkpoints carry it even in the rare case E == H.
+        has_projection = config.model_type == "albert" or E != config.hidden_size
+        self.projection = nn.Linear(E, config.hidden_size) if has_projection else None
+
+    def forward(self, input_ids, token_type_ids):
+        T = input_ids.shape[1]
+        positions = torch.arange(T, device=input_ids.device)
+        x = (self.word_embeddings(input_ids)            # (B, T, E)
+             + self.position_embeddings(positions)        # (T, E), broadcast over B
+             + self.token_type_embeddings(token_type_ids))
+        x = self.dropout(self.layer_norm(x))
+        if self.projection is not None:
+            x = self.projection(x)                        # (B, T, E) -> (B, T, H)
+        return x
+
+
+# ----------------------------------------------------------------------------
+# Multi-head self-attention ([AIAYN] 3.2, Eq. 1)
+# ----------------------------------------------------------------------------
+
+
+class SelfAttention(nn.Module):
+    """softmax(Q K^T / sqrt(D) + mask) V in A heads, then an output projection."""
+
+    def __init__(self, config):
+        super().__init__()
+        H = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_size = H // self.num_heads
+        self.query = nn.Linear(H, H)
+        self.key = nn.Linear(H, H)
+        self.value = nn.Linear(H, H)
+        self.output = nn.Linear(H, H)
+        self.attention_dropout_prob = config.attention_probs_dropout_prob
+
+    def split_heads(self, x):
+        B, T, H = x.shape
+        return x.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, T, H) -> (B, A, T, D)
+
+    def forward(self, hidden_states, attention_bias):
+        q = self.split_heads(self.query(hidden_states))  # (B, A, T, D)
+        k = self.split_heads(self.key(hidden_states))
+        v = self.split_heads(self.value(hidden_states))
+        # scores = q @ k^T / sqrt(D) + attention_bias      (B, A, T, T)
+        # probs  = dropout(softmax(scores, dim=-1))
+        # context = probs @ v                              (B, A, T, D)
+        # PyTorch's fused kernel computes exactly these three lines (a test checks
+        # it against them); it is faster and does not keep the T x T matrix.
+        context = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attention_bias.to(q.dtype),
+            dropout_p=self.attention_dropout_prob if self.training else 0.0)
+        B, A, T, D = context.shape
+        context = context.transpose(1, 2).reshape(B, T, A * D)  # concatenate the heads
+        return self.output(context)
+
+
+def attention_reference(q, k, v, attention_bias):
+    """The three lines above, spelled out; used by the tests as the definition."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + attention_bias
+    return scores.softmax(dim=-1) @ v
+
+
+# ----------------------------------------------------------------------------
+# Transformer layer: post-LayerNorm residual blocks ([AIAYN] 3.1, [BERT] 3)
+# ----------------------------------------------------------------------------
+
+
+class TransformerLayer(nn.Module):
+    """h = LN(x + Dropout(Attention(x)));  y = LN(h + Dropout(W2 act(W1 h)))."""
+
+    def __init__(self, config):
+        super().__init__()
+        H, I = config.hidden_size, config.intermediate_size
+        self.attention = SelfAttention(config)
+        self.attention_layer_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
+        self.intermediate = nn.Linear(H, I)                 # W1
+        self.output = nn.Linear(I, H)                       # W2
+        self.output_layer_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
+        self.activation = ACTIVATIONS[config.hidden_act]
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x, attention_bias):
+        h = self.attention_layer_norm(x + self.dropout(self.attention(x, attention_bias)))
+        ffn = self.output(self.activation(self.intermediate(h)))  # (B, T, H) -> (B, T, I) -> (B, T, H)
+        return self.output_layer_norm(h + self.dropout(ffn))
+
+
+# ----------------------------------------------------------------------------
+# Encoder: distinct layers plus the plan of which runs at each depth
+# ----------------------------------------------------------------------------
+
+
+class Encoder(nn.Module):
+    """`layers` holds num_groups * inner_group_num distinct layers; group g is
+    layers[g * inner_group_num : (g + 1) * inner_group_num]. `depth_plan` says
+    which group runs at each depth:
+
+        BERT (L=12)            0, 1, 2, ..., 11
+        ALBERT (G=1)           0, 0, 0, ..., 0
+        Kao et al. duplicated  0, 0, 1, 1, 2, 2, 3, ..., 11   (tied copies)
+
+    (Untied duplicates are simply more distinct layers, in the BERT plan.)
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.inner_group_num = config.inner_group_num
+        self.depth_plan = config.depth_plan()
+        self.layers = nn.ModuleList(TransformerLayer(config)
+                                    for _ in range(config.num_groups * config.inner_group_num))
+
+    def forward(self, x, attention_bias):
+        """Returns the output of every executed layer (not including the input
+        x): L outputs, or L * inner_group_num for ALBERT groups of several
+        layers, the order Hugging Face's `output_hidden_states` uses."""
+        outputs = []
+        for group in self.depth_plan:
+            first = group * self.inner_group_num
+            for layer in self.layers[first:first + self.inner_group_num]:
+                x = layer(x, attention_bias)
+                outputs.append(x)
+        return outputs
+
+
+# ----------------------------------------------------------------------------
+# Heads
+# ----------------------------------------------------------------------------
+
+
+class Pooler(nn.Module):
+    """tanh(W h_[CLS]): the sentence representation used for NSP/SOP and for
+    sentence classification ([BERT] 3, "C")."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, sequence_output):
+        return torch.tanh(self.dense(sequence_output[:, 0]))   # (B, T, H) -> (B, H)
+
+
+class MaskedLMHead(nn.Module):
+    """Predicts word pieces: LN(act(W h)), then a decoder that is the word
+    embedding matrix itself (tied, [BERT] A.2 / Google's run_pretraining.py)
+    plus a bias of its own. ALBERT's W maps H -> E, since its embeddings are
+    E-dimensional."""
+
+    def __init__(self, config):
+        super().__init__()
+        E = config.embedding_dim
+        self.dense = nn.Linear(config.hidden_size, E)
+        self.activation = ACTIVATIONS[config.hidden_act]
+        self.layer_norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states, word_embeddings):
+        h = self.layer_norm(self.activation(self.dense(hidden_states)))  # (..., H) -> (..., E)
+        return F.linear(h, word_embeddings, self.bias)                     # (..., E) @ (V, E)^T -> (..., V)
+
+
+@dataclass
+class BertOutput:
+    """What the model returns.
+
+    hidden_states: L + 1 tensors (B, T, H): the embedding output (after ALBERT's
+        projection), then the output of each executed layer; the same order as
+        Hugging Face's `output_hidden_states`.
+    pooled_output: (B, H) or None when the model has no pooler.
+    mlm_logits: (B, T, V), or (N, V) for the N positions in `mlm_positions`;
+        None when the model has no MLM head.
+    nsp_logits: (B, 2) next-sentence (BERT) or sentence-order (ALBERT) logits, or None.
+    """
+    hidden_states: tuple
+    pooled_output: Optional[torch.Tensor] = None
+    mlm_logits: Optional[torch.Tensor] = None
+    nsp_logits: Optional[torch.Tensor] = None
+
+    @property
+    def last_hidden_state(self):
+        return self.hidden_states[-1]
+
+
+# ----------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------
+
+
+class BertModel(nn.Module):
+    """Embeddings -> encoder -> heads. Which heads exist is a constructor
+    choice, because checkpoints differ: Google's have all of them, Hugging Face's
+    `BertModel` files have no MLM head, `BertForMaskedLM` files no pooler."""
+
+    def __init__(self, config, with_pooler=True, with_mlm_head=True, with_nsp_head=True):
+        super().__init__()
+        config.validate()
+        if with_nsp_head and not with_pooler:
+            raise MiniBertError("the NSP/SOP head reads the pooled output: with_nsp_head needs with_pooler")
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.encoder = Encoder(config)
+        self.pooler = Pooler(config) if with_pooler else None
+        self.mlm_head = MaskedLMHead(config) if with_mlm_head else None
+        self.nsp_head = nn.Linear(config.hidden_size, 2) if with_nsp_head else None  # NSP: 0 = is next; SOP: 0 = in order
+        self.apply(self.init_weights)
+
+    def init_weights(self, module):
+        """Google's initialisation: truncated-normal-like N(0, 0.02) weights,
+        zero biases, LayerNorm as identity."""
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, mlm_positions=None):
+        """input_ids, attention_mask (1 = real token, 0 = padding) and
+        token_type_ids are (B, T) integer tensors. `mlm_positions`, a (B, T)
+        boolean tensor, runs the MLM head on those positions only (pretraining
+        needs it only where tokens were masked, and the V-wide projection is
+        most of a small model's compute)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)        # (B, T, H)
+        # Padding gets -10000 added to its attention scores, so after the
+        # softmax no position attends to it (Google's modeling.py).
+        attention_bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0  # (B, 1, 1, T)
+        hidden_states = (x, *self.encoder(x, attention_bias))
+        sequence_output = hidden_states[-1]
+
+        output = BertOutput(hidden_states=hidden_states)
+        if self.pooler is not None:
+            output.pooled_output = self.pooler(sequence_output)
+        if self.nsp_head is not None:
+            output.nsp_logits = self.nsp_head(output.pooled_output)
+        if self.mlm_head is not None:
+            selected = sequence_output if mlm_positions is None else sequence_output[mlm_positions]  # (N, H)
+            output.mlm_logits = self.mlm_head(selected, self.embeddings.word_embeddings.weight)
+        return output
+
+    def save_pretrained(self, directory, tokenizer=None):
+        """Write Hugging Face layout (config.json, model.safetensors, tokenizer
+        files) that `transformers` loads unchanged. The format code lives in
+        minibert/checkpoints; this is a convenience entry point."""
+        from minibert.checkpoints import save_pretrained
+        save_pretrained(self, directory, tokenizer=tokenizer)
+
+    def num_parameters(self):
+        return sum(p.numel() for p in self.parameters())
