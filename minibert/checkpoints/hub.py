@@ -257,8 +257,8 @@ def download_file(url, dest, *, size=None, sha256=None, progress=True):
                         continue
                 else:
                     have = 0  # a plain 200: the server ignored Range, so restart from zero
-                length = response.headers.get("Content-Length")
-                expected = have + int(length) if length is not None else size
+                length = response.headers.get("Content-Length", "")
+                expected = have + int(length) if length.isdigit() else size
                 with open(part, "ab" if have else "wb") as f, tqdm(
                         total=expected, initial=have, unit="B", unit_scale=True,
                         unit_divisor=1024, desc=dest.name, disable=not progress) as bar:
@@ -266,6 +266,7 @@ def download_file(url, dest, *, size=None, sha256=None, progress=True):
                         f.write(chunk)
                         bar.update(len(chunk))
         except urllib.error.HTTPError as e:
+            e.close()  # an HTTPError holds the open connection
             if e.code == 416 and have and attempt == 0:
                 part.unlink()  # "Range Not Satisfiable": our .part is wrong; start over
                 continue

@@ -113,7 +113,7 @@ def parse_tensor_entry(path, name, entry, data_size):
             raise MiniBertError(f"{where}: missing field {field!r}")
 
     dtype = entry["dtype"]
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise MiniBertError(f"{where}: unsupported dtype {dtype!r} "
                             f"(expected one of {', '.join(DTYPES)})")
 
@@ -135,6 +135,11 @@ def parse_tensor_entry(path, name, entry, data_size):
     numel = 1
     for d in shape:
         numel *= d
+    span = 1  # like numel but skipping zeros: torch must be able to index it
+    for d in shape:
+        span *= max(d, 1)
+    if span >= 2**63:
+        raise MiniBertError(f"{where}: shape {shape} is too large")
     itemsize = np.dtype(DTYPES[dtype][1]).itemsize
     if end - begin != numel * itemsize:
         raise MiniBertError(f"{where}: shape {shape} of {dtype} needs {numel * itemsize} bytes "

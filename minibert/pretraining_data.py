@@ -1,0 +1,325 @@
+"""Pretraining data: raw text -> token cache -> packed sequences -> masked batches.
+
+  1. `build_token_cache`: tokenize the corpus once. Input files hold one
+     paragraph per line; a blank line or a new file starts a new document.
+     Paragraphs are split into sentences. The result is three numpy arrays
+     saved in a folder named by a hash of (corpus, vocabulary, settings), so a
+     changed file, vocabulary or setting builds a new cache, and the arrays are
+     opened as memory maps (the corpus never has to fit in memory twice).
+  2. `pack_blocks`: group consecutive sentences of one document into blocks
+     of at most max_seq_len - 3 tokens (room for [CLS] A [SEP] B [SEP]).
+  3. `PretrainingBatches`: global batch number -> a batch. Everything random
+     (shuffling, sentence pairs, masking) is drawn from a generator seeded by
+     (seed, epoch, batch number), so masks are fresh each epoch, a resumed run
+     sees exactly the batches it would have seen, and every process of a
+     distributed run agrees on the whole global batch and takes its own slice.
+
+Objectives ([BERT] 3.1, [ALBERT] 4.2):
+  MLM  15% of the real tokens are chosen; of those 80% become [MASK], 10% a
+       random token, 10% stay as they are. Whole-word masking chooses whole
+       words (a word piece and its ## continuations) instead of pieces.
+  NSP  (BERT) half the time segment B is replaced by text from another
+       document; label 1 = "random", 0 = "is next".
+  SOP  (ALBERT) half the time A and B swap places; label 1 = "swapped".
+"""
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from minibert.errors import MiniBertError
+
+CACHE_VERSION = 1
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]*[A-Z0-9])")
+
+
+def split_sentences(paragraph):
+    """A simple rule: a sentence ends at . ! or ? (plus closing quotes) followed
+    by a space and a capital letter or digit. Good enough for packing."""
+    return [s for s in SENTENCE_END.split(paragraph.strip()) if s]
+
+
+def read_documents(files):
+    """Yield documents, each a list of paragraphs (strings)."""
+    for path in files:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise MiniBertError(f"{path}: cannot read corpus file as UTF-8 text ({e})") from None
+        document = []
+        for line in text.splitlines():
+            if line.strip():
+                document.append(line)
+            elif document:
+                yield document
+                document = []
+        if document:
+            yield document
+
+
+def cache_key(files, tokenizer_fingerprint, settings):
+    """Hash of everything the cache depends on: each file's name, size and
+    content hash, the vocabulary, and the settings."""
+    digest = hashlib.sha256(json.dumps([CACHE_VERSION, tokenizer_fingerprint, settings]).encode())
+    for path in sorted(map(str, files)):
+        digest.update(path.encode())
+        with open(path, "rb") as f:
+            digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()[:16]
+
+
+def vocabulary(tokenizer):
+    return tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))
+
+
+def tokenizer_fingerprint(tokenizer):
+    """A hash of the vocabulary and casing: the cache depends on both."""
+    text = json.dumps([tokenizer.kind, tokenizer.do_lower_case, vocabulary(tokenizer)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def continuation_flags(tokenizer):
+    """For each vocabulary id: is it the continuation of a word? WordPiece
+    marks continuations with '##'; SentencePiece marks word *starts* with '\u2581'."""
+    if tokenizer.kind == "sentencepiece":
+        return [not token.startswith("\u2581") for token in vocabulary(tokenizer)]
+    return [token.startswith("##") for token in vocabulary(tokenizer)]
+
+
+def encode_sentences(tokenizer, sentences):
+    """Word-piece ids of each sentence, without [CLS] and [SEP] (the
+    `tokenizers` backend encodes a whole batch in parallel)."""
+    return [e.ids for e in tokenizer.backend.encode_batch(sentences, add_special_tokens=False)]
+
+
+def build_token_cache(files, tokenizer, cache_dir, progress=True):
+    """Tokenize the corpus into `cache_dir/<key>/`: tokens.npy (all word-piece
+    ids, back to back), sentence_starts.npy (offset of each sentence, plus the
+    end), sentence_documents.npy (document index of each sentence). Returns the
+    folder; an existing complete cache is reused."""
+    files = [Path(f) for f in files]
+    if not files:
+        raise MiniBertError("--corpus: no text files given")
+    for path in files:
+        if not path.is_file():
+            raise MiniBertError(f"{path}: corpus file not found")
+    key = cache_key(files, tokenizer_fingerprint(tokenizer), {"splitter": SENTENCE_END.pattern})
+    folder = Path(cache_dir) / key
+    if (folder / "done").exists():
+        return folder
+
+    tokens, starts, documents = [], [0], []
+    total = 0
+    all_documents = list(read_documents(files))
+    if not all_documents:
+        raise MiniBertError(f"corpus {', '.join(map(str, files[:3]))}: the files hold no text")
+    for doc_index, document in enumerate(tqdm(all_documents, desc="tokenizing corpus", unit="doc", disable=not progress)):
+        sentences = [s for paragraph in document for s in split_sentences(paragraph)]
+        for ids in encode_sentences(tokenizer, sentences):
+            if not ids:
+                continue
+            tokens.append(np.asarray(ids, dtype=np.int32))
+            total += len(ids)
+            starts.append(total)
+            documents.append(doc_index)
+    if total == 0:
+        raise MiniBertError("the corpus produced no tokens")
+    dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max else np.int32
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "tokens.npy", np.concatenate(tokens).astype(dtype))
+    np.save(folder / "sentence_starts.npy", np.asarray(starts, dtype=np.int64))
+    np.save(folder / "sentence_documents.npy", np.asarray(documents, dtype=np.int32))
+    (folder / "done").write_text(json.dumps({"files": [str(f) for f in files], "tokens": total}))
+    return folder
+
+
+class TokenCache:
+    """The cached arrays, memory-mapped."""
+
+    def __init__(self, folder):
+        folder = Path(folder)
+        self.tokens = np.load(folder / "tokens.npy", mmap_mode="r")
+        self.sentence_starts = np.load(folder / "sentence_starts.npy")
+        self.sentence_documents = np.load(folder / "sentence_documents.npy")
+
+    def sentence(self, index):
+        return self.tokens[self.sentence_starts[index]:self.sentence_starts[index + 1]]
+
+
+def pack_blocks(cache, max_tokens):
+    """Split each document into blocks of consecutive sentences holding at most
+    `max_tokens` tokens. A sentence longer than that is cut into pieces.
+    Returns a list of blocks, each a list of (start, end) token spans, one per
+    sentence (or piece)."""
+    blocks, current, length = [], [], 0
+    starts, documents = cache.sentence_starts, cache.sentence_documents
+    for i in range(len(documents)):
+        if current and (documents[i] != documents[i - 1]):
+            blocks.append(current)
+            current, length = [], 0
+        start, end = int(starts[i]), int(starts[i + 1])
+        for piece_start in range(start, end, max_tokens):
+            piece = (piece_start, min(end, piece_start + max_tokens))
+            if current and length + piece[1] - piece[0] > max_tokens:
+                blocks.append(current)
+                current, length = [], 0
+            current.append(piece)
+            length += piece[1] - piece[0]
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def generator_for(seed, *numbers):
+    """A torch generator seeded from several integers (seed, epoch, batch...)."""
+    mixed = int.from_bytes(hashlib.sha256(repr((seed, *numbers)).encode()).digest()[:8], "little") & (2**63 - 1)
+    return torch.Generator().manual_seed(mixed)
+
+
+def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, mask_prob=0.15,
+                whole_word=False, max_predictions=None):
+    """Choose and corrupt positions for MLM ([BERT] 3.1, Task #1).
+
+    input_ids (B, T); special_mask (B, T) True where [CLS]/[SEP]/[PAD];
+    word_starts (B, T) True where a token begins a word (not a ## piece).
+    Per sequence, exactly round(mask_prob * real tokens) positions (at least 1)
+    are chosen, as in Google's create_pretraining_data.py. Returns
+    (corrupted input_ids, labels (B, T) with -100 where not chosen, chosen mask).
+    """
+    mask_id, vocab_size, first_normal_id = tokenizer_ids
+    B, T = input_ids.shape
+    real = ~special_mask
+    counts = (real.sum(1).float() * mask_prob).round().clamp(min=1).long()
+    if max_predictions is not None:
+        counts = counts.clamp(max=max_predictions)
+    scores = torch.rand(B, T, generator=generator)
+    if whole_word:
+        # Every piece of a word gets the score of its first piece, so whole
+        # words are taken together; then words are taken in score order until
+        # the count is reached (a word that would overshoot is skipped).
+        word_index = word_starts.long().cumsum(1) - 1
+        scores = scores.gather(1, word_index.clamp(min=0))
+    scores = scores.masked_fill(special_mask, float("inf"))
+    order = scores.argsort(dim=1)
+    chosen = torch.zeros(B, T, dtype=torch.bool)
+    if whole_word:
+        for b in range(B):
+            taken = 0
+            row_word_index = (word_starts[b].long().cumsum(0) - 1).tolist()
+            word_lengths = {}
+            for t in range(T):
+                if real[b, t]:
+                    word_lengths[row_word_index[t]] = word_lengths.get(row_word_index[t], 0) + 1
+            done_words = set()
+            for t in order[b].tolist():
+                if not real[b, t]:
+                    break
+                w = row_word_index[t]
+                if w in done_words:
+                    continue
+                done_words.add(w)
+                if taken + word_lengths[w] > counts[b]:
+                    continue
+                chosen[b] |= real[b] & (word_index[b] == w)
+                taken += word_lengths[w]
+                if taken >= counts[b]:
+                    break
+    else:
+        rank = order.argsort(dim=1)
+        chosen = (rank < counts[:, None]) & real
+
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    corrupted = input_ids.clone()
+    roll = torch.rand(B, T, generator=generator)
+    random_ids = torch.randint(first_normal_id, vocab_size, (B, T), generator=generator)
+    corrupted[chosen & (roll < 0.8)] = mask_id                                  # 80%: [MASK]
+    use_random = chosen & (roll >= 0.8) & (roll < 0.9)                          # 10%: a random token
+    corrupted[use_random] = random_ids[use_random]
+    return corrupted, labels, chosen                                            # 10%: unchanged
+
+
+class PretrainingBatches:
+    """Global batch number -> dict of tensors, deterministic (see module docstring).
+
+    Item i of epoch e is made from the blocks at positions
+    [i * batch_size, (i + 1) * batch_size) of that epoch's shuffled order.
+    """
+
+    def __init__(self, cache, blocks, tokenizer, max_seq_len, batch_size, seed, pair_objective="none",
+                 mask_prob=0.15, whole_word=False):
+        if pair_objective not in ("none", "nsp", "sop"):
+            raise MiniBertError(f"--pair-objective: expected none, nsp or sop, got {pair_objective!r}")
+        self.cache, self.blocks = cache, blocks
+        self.max_seq_len, self.batch_size, self.seed = max_seq_len, batch_size, seed
+        self.pair_objective, self.mask_prob, self.whole_word = pair_objective, mask_prob, whole_word
+        self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+        self.mask_ids = (tokenizer.mask_id, tokenizer.vocab_size, max(tokenizer.special_ids) + 1)
+        self.is_continuation = torch.tensor(continuation_flags(tokenizer), dtype=torch.bool)
+        self.batches_per_epoch = len(blocks) // batch_size
+        if self.batches_per_epoch == 0:
+            raise MiniBertError(f"the corpus makes {len(blocks)} sequences, fewer than one batch of {batch_size}")
+
+    def __len__(self):
+        return self.batches_per_epoch
+
+    def tokens_of(self, spans):
+        return np.concatenate([self.cache.tokens[s:e] for s, e in spans]).astype(np.int64)
+
+    def make_pair(self, block, rng):
+        """Split a block into segments A and B and apply NSP or SOP. Returns (a, b, label)."""
+        if self.pair_objective == "none":
+            return self.tokens_of(block), None, 0
+        tokens = self.tokens_of(block)
+        if len(block) >= 2:
+            cut = int(torch.randint(1, len(block), (1,), generator=rng))
+            a, b = self.tokens_of(block[:cut]), self.tokens_of(block[cut:])
+        else:  # one long sentence: cut it in the middle
+            cut = max(1, len(tokens) // 2)
+            a, b = tokens[:cut], tokens[cut:]
+        if len(b) == 0:
+            b, a = a[len(a) // 2:], a[:len(a) // 2]
+        label = int(torch.rand(1, generator=rng) < 0.5)
+        if label and self.pair_objective == "sop":
+            a, b = b, a
+        elif label:  # NSP: B from a random other block, trimmed to the same length
+            other = self.blocks[int(torch.randint(len(self.blocks), (1,), generator=rng))]
+            b = self.tokens_of(other)[:len(b)]
+        return a, b, label
+
+    def __getitem__(self, global_index):
+        epoch, index = divmod(global_index, self.batches_per_epoch)
+        order = torch.randperm(len(self.blocks), generator=generator_for(self.seed, "order", epoch))
+        rng = generator_for(self.seed, "batch", epoch, index)
+        rows, types, labels = [], [], []
+        for block_index in order[index * self.batch_size:(index + 1) * self.batch_size].tolist():
+            a, b, label = self.make_pair(self.blocks[block_index], rng)
+            row = [self.cls_id, *a.tolist(), self.sep_id]
+            segment = [0] * len(row)
+            if b is not None:
+                row += [*b.tolist(), self.sep_id]
+                segment += [1] * (len(b) + 1)
+            rows.append(row[:self.max_seq_len])
+            types.append(segment[:self.max_seq_len])
+            labels.append(label)
+        T = max(map(len, rows))
+        input_ids = torch.full((len(rows), T), self.pad_id, dtype=torch.long)
+        token_type_ids = torch.zeros((len(rows), T), dtype=torch.long)
+        for i, (row, segment) in enumerate(zip(rows, types)):
+            input_ids[i, :len(row)] = torch.tensor(row)
+            token_type_ids[i, :len(segment)] = torch.tensor(segment)
+        attention_mask = (input_ids != self.pad_id).long()
+        special = (input_ids == self.cls_id) | (input_ids == self.sep_id) | (attention_mask == 0)
+        word_starts = ~self.is_continuation[input_ids] | special
+        corrupted, mlm_labels, _ = mask_tokens(input_ids, special, word_starts, self.mask_ids, rng,
+                                               self.mask_prob, self.whole_word)
+        batch = dict(input_ids=corrupted, token_type_ids=token_type_ids, attention_mask=attention_mask,
+                     mlm_labels=mlm_labels)
+        if self.pair_objective != "none":
+            batch["pair_labels"] = torch.tensor(labels)
+        return batch

@@ -1,0 +1,321 @@
+"""Training machinery, written once for pretraining (train_mlm.py) and fine-tuning.
+
+The loop in `train` is the whole story of one optimizer step:
+
+    fetch the global micro-batches of this step, keep this process's rows
+    count what each loss averages over (masked tokens, sentences), summed over
+      all micro-batches and all processes
+    for each micro-batch: forward (bf16 autocast on CUDA), loss, backward
+    clip the gradient norm, AdamW step, learning-rate schedule step
+
+Each loss term is a sum over items divided by the *global* count for the
+step, so one process with batch 2N and two processes with batch N compute
+the same gradient (DistributedDataParallel averages gradients over the
+processes, hence the factor world_size).
+
+Randomness: the batches are a deterministic function of (seed, step) (see
+pretraining_data.py) and the dropout generator is re-seeded from (seed, step,
+rank) at the start of each step. A checkpoint therefore needs only the model,
+the optimizer, the schedule and the step number to resume bit for bit.
+"""
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from minibert.errors import MiniBertError
+from minibert.fileio import atomic_write
+
+# ----------------------------------------------------------------------------
+# Device, processes, seeds
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """Where this process runs: its device, and its place among the processes
+    that `torchrun` started (rank 0 of 1 without torchrun)."""
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self):
+        return self.rank == 0
+
+    @property
+    def distributed(self):
+        return self.world_size > 1
+
+
+def choose_device(name="auto"):
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise MiniBertError(f"--device {name}: CUDA is not available on this machine")
+    return torch.device(name)
+
+
+def setup_context(device="auto"):
+    """Join the process group when launched by torchrun (it sets RANK,
+    WORLD_SIZE, LOCAL_RANK and the rendezvous address): NCCL on GPUs, gloo on CPU."""
+    device = choose_device(device)
+    if "RANK" not in os.environ:
+        return Context(device)
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return Context(device, rank, world_size)
+
+
+def seed_from(*numbers):
+    """One 63-bit seed mixed from several integers."""
+    digest = hashlib.sha256(repr(numbers).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+# ----------------------------------------------------------------------------
+# Optimizer and schedule ([BERT] A.2; Google's optimization.py)
+# ----------------------------------------------------------------------------
+
+
+def make_optimizer(model, learning_rate, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6):
+    """AdamW with decoupled weight decay on the weight matrices only: like
+    Google's optimizer, LayerNorm parameters and biases are not decayed."""
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        (no_decay if parameter.ndim == 1 or "layer_norm" in name else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
+
+
+def warmup_then_linear_decay(optimizer, warmup_steps, total_steps):
+    """Learning rate rises linearly from 0 over `warmup_steps`, then falls
+    linearly to 0 at `total_steps` (BERT's schedule)."""
+    def factor(step):
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+# ----------------------------------------------------------------------------
+# Checkpoints
+# ----------------------------------------------------------------------------
+
+
+def save_checkpoint(path, model, optimizer, scheduler, step, run_config):
+    """Everything needed to resume, written atomically (temporary file, then rename)."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "scheduler": scheduler.state_dict(), "step": step, "run_config": run_config}
+    with atomic_write(path) as f:
+        torch.save(state, f)
+
+
+def load_checkpoint(path):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a zip or unpickling error: the file is damaged or not ours
+        raise MiniBertError(f"{path}: cannot read training checkpoint ({type(e).__name__}: {e})") from None
+
+
+# ----------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class TrainingConfig:
+    total_steps: int
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    grad_accum_steps: int = 1
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 0            # 0: never
+    checkpoint_every: int = 0      # 0: only at the end
+    max_minutes: Optional[float] = None  # stop early (with a checkpoint) after this much wall time
+    bf16: bool = True              # bf16 autocast, on CUDA only
+
+
+def rows_for_rank(batch, context):
+    """This process's share of a global batch: rows rank, rank + W, rank + 2W, ..."""
+    if not context.distributed:
+        return batch
+    return {k: v[context.rank::context.world_size] for k, v in batch.items()}
+
+
+def all_reduce_sum(values, context):
+    """Sum a dict of numbers over all processes."""
+    if not context.distributed:
+        return values
+    keys = sorted(values)
+    tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        tensor = tensor.to(context.device)
+    dist.all_reduce(tensor)
+    return dict(zip(keys, tensor.tolist()))
+
+
+def move(batch, device):
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def train(model, batches, objective, config, context, checkpoint_path, run_config=None, evaluate=None,
+          resume=False, progress=True):
+    """Run `config.total_steps` optimizer steps. Returns a summary dict.
+
+    batches[i]: the i-th global micro-batch (a dict of tensors).
+    objective.counts(batch) -> {term: items it averages over};
+    objective.losses(model, batch) -> {term: (sum of losses, number correct)}.
+    evaluate(model) -> dict of held-out metrics (run on the main process).
+    """
+    model.to(context.device)
+    optimizer = make_optimizer(model, config.learning_rate, config.weight_decay)
+    scheduler = warmup_then_linear_decay(optimizer, config.warmup_steps, config.total_steps)
+    start_step = 0
+    checkpoint_path = Path(checkpoint_path)
+    if resume:
+        if not checkpoint_path.is_file():
+            raise MiniBertError(f"--resume: no checkpoint at {checkpoint_path}")
+        state = load_checkpoint(checkpoint_path)
+        saved = state.get("run_config", {})
+        for key in ("model_config", "total_steps", "batch_size", "seed", "grad_accum_steps"):
+            if run_config and key in saved and saved[key] != run_config.get(key):
+                raise MiniBertError(f"--resume: {checkpoint_path} was made with {key}={saved[key]!r}, "
+                                    f"this run has {run_config.get(key)!r}")
+        try:
+            model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise MiniBertError(f"--resume: {checkpoint_path} does not fit this model ({str(e).splitlines()[0]})") from None
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_step = state["step"]
+
+    network = model
+    if context.distributed:
+        network = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[context.device.index] if context.device.type == "cuda" else None)
+    use_bf16 = config.bf16 and context.device.type == "cuda"
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+
+    history, summary = [], {"start_step": start_step}
+    totals = {}
+    started = time.time()
+    tokens_seen, window_start, window_tokens = 0, time.time(), 0
+    bar = tqdm(range(start_step, config.total_steps), initial=start_step, total=config.total_steps,
+               desc="training", disable=not (progress and context.is_main), dynamic_ncols=True)
+    step = start_step
+    for step in bar:
+        model.train()
+        torch.manual_seed(seed_from(config.seed, "dropout", step, context.rank))
+        micro_batches = [rows_for_rank(batches[step * config.grad_accum_steps + m], context)
+                         for m in range(config.grad_accum_steps)]
+        counts = {}
+        for batch in micro_batches:
+            for term, n in objective.counts(batch).items():
+                counts[term] = counts.get(term, 0) + int(n)
+        global_counts = all_reduce_sum(counts, context)
+
+        step_stats = {}
+        for m, batch in enumerate(micro_batches):
+            batch_tokens = int(batch["attention_mask"].sum()) * context.world_size
+            tokens_seen += batch_tokens
+            window_tokens += batch_tokens
+            batch = move(batch, context.device)
+            last = m == len(micro_batches) - 1
+            sync = network.no_sync() if context.distributed and not last else contextlib.nullcontext()
+            with sync:
+                with autocast():
+                    terms = objective.losses(network, batch)
+                loss = sum(loss_sum / max(global_counts[term], 1) for term, (loss_sum, _) in terms.items())
+                (loss * context.world_size).backward()
+            for term, (loss_sum, correct) in terms.items():  # kept on the device: no sync per step
+                stats = step_stats.setdefault(term, [0.0, 0.0])
+                stats[0] = stats[0] + loss_sum.detach()
+                stats[1] = stats[1] + correct
+        if config.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        for term, (loss_sum, correct) in step_stats.items():
+            t = totals.setdefault(term, [0.0, 0.0, 0])
+            t[0] += loss_sum
+            t[1] += correct
+            t[2] += counts.get(term, 0)
+        done = step + 1
+        if done % config.log_every == 0 or done == config.total_steps:
+            elapsed = time.time() - window_start
+            record = {"step": done, "lr": scheduler.get_last_lr()[0],
+                      "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
+            for term, (loss_sum, correct, n) in totals.items():
+                record[f"{term}_loss"] = float(loss_sum) / max(n, 1)
+                record[f"{term}_accuracy"] = float(correct) / max(n, 1)
+            history.append(record)
+            bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in record.items() if k != "step"})
+            totals, window_start, window_tokens = {}, time.time(), 0
+        out_of_time = config.max_minutes is not None and (time.time() - started) / 60 >= config.max_minutes
+        if context.distributed and config.max_minutes is not None:
+            out_of_time = bool(all_reduce_sum({"stop": int(out_of_time)}, context)["stop"])
+        if evaluate is not None and config.eval_every and (done % config.eval_every == 0 or done == config.total_steps or out_of_time):
+            if context.is_main:
+                metrics = evaluate(model)
+                history.append({"step": done, **{f"heldout_{k}": v for k, v in metrics.items()}})
+                tqdm.write(f"step {done}: " + ", ".join(f"held-out {k} {v:.4g}" for k, v in metrics.items()))
+                summary["heldout"] = metrics
+        if context.is_main and ((config.checkpoint_every and done % config.checkpoint_every == 0)
+                                or done == config.total_steps or out_of_time):
+            save_checkpoint(checkpoint_path, model, optimizer, scheduler, done, run_config or {})
+        if out_of_time:
+            tqdm.write(f"stopping after {config.max_minutes} minutes at step {done}; resume with --resume")
+            break
+    bar.close()
+    summary.update(end_step=step + 1 if config.total_steps > start_step else start_step,
+                   seconds=time.time() - started, tokens_seen=tokens_seen, history=history)
+    return summary
+
+
+class Prefetched:
+    """batches[i], computed ahead by DataLoader worker processes. The loop asks
+    for batches in order, so workers can prepare the next ones while the
+    model trains on this one."""
+
+    def __init__(self, batches, start, stop, num_workers):
+        loader = torch.utils.data.DataLoader(batches, sampler=range(start, stop), batch_size=None,
+                                             num_workers=num_workers, prefetch_factor=4, persistent_workers=False)
+        self.iterator, self.next_index = iter(loader), start
+
+    def __getitem__(self, index):
+        if index != self.next_index:
+            raise RuntimeError(f"Prefetched batches are served in order: asked {index}, next is {self.next_index}")
+        self.next_index += 1
+        return next(self.iterator)
+
+
+def write_json(path, values):
+    with atomic_write(path, mode="w") as f:
+        json.dump(values, f, indent=2)
+        f.write("\n")

@@ -1,0 +1,189 @@
+"""train_mlm.py's machinery: masking statistics, the sparse MLM head, loss
+going down, bit-exact resume, and distributed training equal to one process."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minibert.model import BertConfig, BertModel
+from minibert.pretraining import MaskedLMObjective, pretrain
+from minibert.pretraining_data import mask_tokens, split_sentences
+from minibert.tokenization import train_wordpiece
+
+REPO = Path(__file__).resolve().parent.parent
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.", "A stitch in time saves nine.",
+    "All that glitters is not gold.", "The early bird catches the worm.",
+    "Actions speak louder than words.", "Fortune favours the bold and the brave.",
+    "Knowledge is power, and power corrupts.", "The pen is mightier than the sword.",
+    "Where there is smoke there is fire.", "Beauty is in the eye of the beholder.",
+]
+
+
+def write_corpus(folder, documents=12):
+    """A small corpus in the real format: one paragraph per line, blank lines between documents."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for d in range(documents):
+        for p in range(4):
+            lines.append(" ".join(SENTENCES[(d + p + k) % len(SENTENCES)] for k in range(3)))
+        lines.append("")
+    (folder / "book_a.txt").write_text("\n".join(lines), encoding="utf-8")
+    (folder / "book_b.txt").write_text("\n".join(reversed(lines)), encoding="utf-8")
+    return sorted(folder.glob("*.txt"))
+
+
+@pytest.fixture(scope="module")
+def corpus_and_tokenizer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    files = write_corpus(folder)
+    return files, train_wordpiece(files, vocab_size=200, do_lower_case=True)
+
+
+def tiny_config(vocab_size, dropout=0.0):
+    return BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
+                      attention_probs_dropout_prob=dropout)
+
+
+def test_sentence_splitter_keeps_abbreviation_free_sentences_apart():
+    assert split_sentences('He ran. "Stop!" she cried. Then 3 dogs came?') == ['He ran.', '"Stop!" she cried.', 'Then 3 dogs came?']
+
+
+def test_masking_chooses_15_percent_split_80_10_10_and_never_specials():
+    generator = torch.Generator().manual_seed(0)
+    B, T, V = 400, 100, 1000
+    input_ids = torch.randint(10, V, (B, T), generator=generator)
+    special = torch.zeros(B, T, dtype=torch.bool)
+    special[:, 0] = special[:, -1] = True          # [CLS] ... [SEP]
+    special[: B // 2, 80:] = True                  # padding in half the rows
+    word_starts = torch.ones(B, T, dtype=torch.bool)
+    corrupted, labels, chosen = mask_tokens(input_ids, special, word_starts, (3, V, 5), generator)
+    real = ~special
+    assert not (chosen & special).any()
+    per_row = chosen.sum(1).float() / real.sum(1).float()
+    assert per_row.sub(0.15).abs().max() < 0.01     # exactly round(15%) per sequence
+    n = chosen.sum().item()
+    masked = (corrupted == 3) & chosen
+    kept = (corrupted == input_ids) & chosen
+    assert abs(masked.sum().item() / n - 0.8) < 0.01
+    assert abs(kept.sum().item() / n - 0.1) < 0.01  # includes the rare random draw of the same token
+    assert torch.equal(labels[chosen], input_ids[chosen]) and (labels[~chosen] == -100).all()
+
+
+def test_whole_word_masking_takes_every_piece_of_a_word():
+    generator = torch.Generator().manual_seed(1)
+    B, T = 200, 60
+    input_ids = torch.randint(10, 500, (B, T), generator=generator)
+    special = torch.zeros(B, T, dtype=torch.bool)
+    special[:, 0] = special[:, -1] = True
+    word_starts = torch.rand(B, T, generator=generator) < 0.5   # words of 1..n pieces
+    word_starts |= special
+    word_starts[:, 1] = True
+    _, _, chosen = mask_tokens(input_ids, special, word_starts, (3, 500, 5), generator, whole_word=True)
+    word_index = word_starts.long().cumsum(1)
+    for b in range(B):
+        for w in word_index[b][chosen[b]].unique():
+            members = (word_index[b] == w) & ~special[b]
+            assert chosen[b][members].all(), "a word was masked only in part"
+    target = ((~special).sum(1).float() * 0.15).round()
+    assert (chosen.sum(1) <= target).all()          # never more than the per-sequence count
+    rate = chosen.sum().item() / (~special).sum().item()
+    assert 0.12 < rate < 0.16
+
+
+def test_sparse_head_gives_the_same_loss_and_gradients_as_the_full_vocabulary_head():
+    config = tiny_config(120)
+    torch.manual_seed(0)
+    model = BertModel(config, with_pooler=False, with_nsp_head=False)
+    input_ids = torch.randint(5, 120, (4, 16))
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 3] = input_ids[:, 3]
+    labels[1:, 9] = input_ids[1:, 9]
+    batch = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                 token_type_ids=torch.zeros_like(input_ids), mlm_labels=labels)
+    sparse_loss, _ = MaskedLMObjective().losses(model, batch)["mlm"]
+    sparse_loss.backward()
+    sparse_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    full_logits = model(input_ids).mlm_logits                     # (B, T, V)
+    full_loss = F.cross_entropy(full_logits.view(-1, 120), labels.view(-1), ignore_index=-100, reduction="sum")
+    full_loss.backward()
+    assert abs(sparse_loss.item() - full_loss.item()) < 1e-4
+    for name, p in model.named_parameters():
+        assert (p.grad - sparse_grads[name]).abs().max() < 1e-5, name
+
+
+def run_pretrain(files, tokenizer, output, steps, **kwargs):
+    settings = dict(batch_size=8, learning_rate=3e-3, warmup_steps=2, eval_every=0, checkpoint_every=0,
+                    max_seq_len=32, seed=3, progress=False, device="cpu")
+    settings.update(kwargs)
+    return pretrain(files, output, tiny_config(tokenizer.vocab_size), tokenizer, steps=steps, **settings)
+
+
+def test_a_few_steps_lower_the_loss(corpus_and_tokenizer, tmp_path):
+    files, tokenizer = corpus_and_tokenizer
+    summary = run_pretrain(files, tokenizer, tmp_path / "run", steps=40, pair_objective="nsp")
+    history = [h for h in summary["history"] if "mlm_loss" in h]
+    assert history[-1]["mlm_loss"] < history[0]["mlm_loss"] - 1.0
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+
+
+def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus_and_tokenizer, tmp_path):
+    files, tokenizer = corpus_and_tokenizer
+    kwargs = dict(pair_objective="nsp", grad_accum_steps=2)
+    from minibert.training import load_checkpoint
+    run_pretrain(files, tokenizer, tmp_path / "straight", steps=12, **kwargs)
+    # The interrupted run: a first process stops after 5 steps (its schedule
+    # still planned for 12), a second resumes from the checkpoint.
+    from minibert.checkpoints import load_pretrained
+    run_pretrain(files, tokenizer, tmp_path / "resumed", steps=12, max_minutes=0.0, **kwargs)
+    assert load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["step"] == 1
+    run_pretrain(files, tokenizer, tmp_path / "resumed", steps=12, resume=True, **kwargs)
+    straight = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")["model"]
+    resumed = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["model"]
+    for name in straight:
+        assert torch.equal(straight[name], resumed[name]), name
+
+
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(corpus_and_tokenizer, tmp_path):
+    files, tokenizer = corpus_and_tokenizer
+    tokenizer.save(tmp_path)
+    args = ["--corpus", *map(str, files), "--vocab", str(tmp_path / "vocab.txt"), "--layers", "2", "--hidden", "32",
+            "--heads", "2", "--intermediate", "64", "--dropout", "0", "--steps", "6", "--batch-size", "8",
+            "--max-seq-len", "32", "--lr", "3e-3", "--warmup", "2", "--pair-objective", "nsp", "--seed", "5",
+            "--device", "cpu", "--quiet", "--eval-every", "0", "--checkpoint-every", "0",
+            "--cache-dir", str(tmp_path / "cache")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, str(REPO / "train_mlm.py"), *args, "--output", str(tmp_path / "one")],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          str(REPO / "train_mlm.py"), *args, "--output", str(tmp_path / "two")],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    from minibert.training import load_checkpoint
+    a = load_checkpoint(tmp_path / "one" / "checkpoint.pt")["model"]
+    b = load_checkpoint(tmp_path / "two" / "checkpoint.pt")["model"]
+    for name in a:
+        assert (a[name] - b[name]).abs().max() < 1e-5, name
+
+
+def test_train_mlm_reports_bad_input_in_one_line(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    cases = [(["--corpus", str(tmp_path / "missing.txt")], "no such file"),
+             (["--corpus", str(empty), "--vocab-size", "50"], "empty.txt")]
+    for extra, phrase in cases:
+        result = subprocess.run([sys.executable, str(REPO / "train_mlm.py"), *extra, "--output", str(tmp_path / "o"),
+                                 "--quiet"], capture_output=True, text=True, cwd=REPO)
+        assert result.returncode == 1
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and phrase in lines[0], result.stderr
