@@ -23,9 +23,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("data")
     data.add_argument("--corpus", nargs="+", required=True,
-                      help="text files or folders of *.txt files: one paragraph per line, documents separated by files or blank lines")
+                      help="text files or folders of *.txt files: one paragraph per line, documents separated by files "
+                           "or blank lines (or one token-cache folder made by an earlier run: OUTPUT/cache/<key>)")
     data.add_argument("--heldout", nargs="*", default=[],
                       help="hold out the corpus files whose names contain these strings, for held-out accuracy and perplexity")
+    data.add_argument("--heldout-corpus", nargs="*", default=[],
+                      help="separate held-out text files or folders (instead of, or besides, --heldout)")
     data.add_argument("--vocab", help="an existing vocab.txt (WordPiece); without it a vocabulary is trained on the corpus")
     data.add_argument("--vocab-size", type=int, default=12000, help="size of the WordPiece vocabulary to train (default 12000)")
     data.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case and strip accents)")
@@ -78,6 +81,7 @@ def main(argv=None):
 
     files = text_files(args.corpus, "--corpus")
     corpus, heldout = split_heldout(files, args.heldout)
+    heldout += text_files(args.heldout_corpus, "--heldout-corpus")
     if not corpus:
         raise MiniBertError("--heldout holds out every corpus file: nothing left to train on")
     output = Path(args.output)

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from minibert.errors import MiniBertError
-from minibert.pretraining_data import PretrainingBatches, TokenCache, build_token_cache, pack_blocks
+from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
+                                      is_token_cache, pack_blocks)
 from minibert.training import Prefetched, TrainingConfig, setup_context, train
 
 
@@ -70,7 +71,12 @@ def evaluate_mlm(model, batches, num_batches, device):
 
 def corpus_batches(files, tokenizer, cache_dir, max_seq_len, batch_size, seed, pair_objective, mask_prob,
                    whole_word, progress=True):
-    cache = TokenCache(build_token_cache(files, tokenizer, cache_dir, progress=progress))
+    if len(files) == 1 and is_token_cache(files[0]):
+        cache = TokenCache(check_token_cache(files[0], tokenizer))
+    elif any(is_token_cache(f) for f in files):
+        raise MiniBertError("a prepared token cache must be the only --corpus (or --heldout-corpus) entry")
+    else:
+        cache = TokenCache(build_token_cache(files, tokenizer, cache_dir, progress=progress))
     blocks = pack_blocks(cache, max_seq_len - 3)
     return PretrainingBatches(cache, blocks, tokenizer, max_seq_len, batch_size, seed, pair_objective,
                               mask_prob, whole_word)
@@ -80,7 +86,9 @@ def text_files(paths, what):
     """Expand folders into their *.txt files (sorted); keep files as given."""
     files = []
     for path in map(Path, paths):
-        if path.is_dir():
+        if is_token_cache(path):
+            files.append(path)  # a corpus tokenized earlier (see build_token_cache)
+        elif path.is_dir():
             found = sorted(path.glob("*.txt"))
             if not found:
                 raise MiniBertError(f"{what} {path}: folder has no *.txt files")

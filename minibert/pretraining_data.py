@@ -135,7 +135,21 @@ def build_token_cache(files, tokenizer, cache_dir, progress=True):
     np.save(folder / "tokens.npy", np.concatenate(tokens).astype(dtype))
     np.save(folder / "sentence_starts.npy", np.asarray(starts, dtype=np.int64))
     np.save(folder / "sentence_documents.npy", np.asarray(documents, dtype=np.int32))
-    (folder / "done").write_text(json.dumps({"files": [str(f) for f in files], "tokens": total}))
+    (folder / "done").write_text(json.dumps({"files": [str(f) for f in files], "tokens": total,
+                                             "tokenizer": tokenizer_fingerprint(tokenizer)}))
+    return folder
+
+
+def is_token_cache(path):
+    return (Path(path) / "done").is_file() and (Path(path) / "tokens.npy").is_file()
+
+
+def check_token_cache(folder, tokenizer):
+    """A prepared cache given directly (e.g. copied to another machine) must
+    have been made with this vocabulary."""
+    made_with = json.loads((Path(folder) / "done").read_text()).get("tokenizer")
+    if made_with != tokenizer_fingerprint(tokenizer):
+        raise MiniBertError(f"{folder}: this token cache was made with a different vocabulary or casing")
     return folder
 
 

@@ -96,6 +96,17 @@ def load_huggingface_folder(folder):
         values.setdefault("embedding_size", 128)
         values.setdefault("num_hidden_groups", 1)
         values.setdefault("hidden_act", "gelu_new")
+    if model_type == "bert" and values.get("layer_order") is not None:
+        # A tied duplicated BERT written by save_pretrained. Hugging Face's
+        # config has no num_hidden_groups for BERT, so the number of distinct
+        # layers is read off the order: 0..max, each run at least once.
+        order = values["layer_order"]
+        if (not isinstance(order, list) or not order
+                or not all(isinstance(g, int) and not isinstance(g, bool) for g in order)
+                or sorted(set(order)) != list(range(max(order) + 1))):
+            raise MiniBertError(f"{config_file}: layer_order = {order!r}; expected a list of layer indices "
+                                f"that uses every index from 0 to its maximum")
+        values.setdefault("num_hidden_groups", max(order) + 1)
     config = BertConfig.from_dict(values)
     weights = folder / "model.safetensors"
     raw = load_safetensors(weights) if weights.is_file() else load_torch_bin(folder / "pytorch_model.bin")

@@ -1,0 +1,109 @@
+"""Make a model deeper by duplicating layers, with no training (Kao et al. 2020).
+
+Kao et al. insert, after some layers, a copy of the same layer: BERT-base with
+its first three layers duplicated runs 0,0,1,1,2,2,3,...,11 (15 layers), and
+fine-tuned like the base model it scores higher on SQuAD 2.0 and SNLI.
+
+Say which layers run with exactly one of:
+  --duplicate 0,1,2      each listed layer is followed by a copy of itself
+  --order 0,0,1,1,2,...  any sequence of existing layer indices (0-based,
+                         Hugging Face's encoder.layer.i)
+  --repeat K             ALBERT: run the shared layer group K more times
+                         (num_hidden_layers += K; with G > 1 groups, K and the
+                         layer count must be multiples of G: each group then
+                         runs K/G more times)
+
+Copies are untied by default (the paper's scheme): each is its own deep copy,
+and the result is a plain BERT with more layers. --tied keeps one copy of each
+layer and runs it at several depths (a cheap ablation). transformers has no
+tied layers, so the folder written for a tied model stores every depth as its
+own layer -- transformers loads it as an ordinary untied BERT with the same
+outputs -- and config.json gets an extra "layer_order" key that transformers
+ignores and minibert uses to tie the copies again on load.
+
+The output folder is Hugging Face layout (config.json, model.safetensors,
+tokenizer files), plus duplication.json recording the source and the order.
+Embeddings and heads are unchanged.
+
+examples:
+  python duplicate.py --model DIR --duplicate 0,1,2 --output deeper/
+  python duplicate.py --model DIR --order 0,0,1,1,2,2,3 --tied --output tied/ --probe
+  python duplicate.py --model ALBERT_DIR --repeat 4 --output albert16/
+"""
+
+from minibert.cli import ArgumentParser, HelpFormatter, run
+
+parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+parser.add_argument("--model", default=None,
+                    help="model folder, file inside one, or known name (default: the bundled model)")
+parser.add_argument("--output", required=True, metavar="DIR", help="folder to write the deeper model to")
+how = parser.add_mutually_exclusive_group(required=True)
+how.add_argument("--duplicate", metavar="I,J,...", help="BERT: follow each listed layer by a copy of itself")
+how.add_argument("--order", metavar="I,J,...", help="BERT: the layer indices to run, in order")
+how.add_argument("--repeat", type=int, metavar="K", help="ALBERT: run the shared group K more times")
+parser.add_argument("--tied", action="store_true",
+                    help="BERT: share the copies instead of deep-copying them (saved untied for transformers, "
+                         "re-tied by minibert through config.json's layer_order)")
+parser.add_argument("--force", action="store_true", help="write into --output even if it is not empty")
+parser.add_argument("--probe", action="store_true",
+                    help="print probe.py's per-layer table for the original and the deeper model side by side")
+parser.add_argument("--text", default=None, metavar="FILE", help="--probe: sentences (default: the bundled ones)")
+parser.add_argument("--max-sentences", type=int, default=None, metavar="N",
+                    help="--probe: use only the first N sentences")
+parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="--probe: sentences per batch")
+
+
+def main(argv=None):
+    args = parser.parse_args(argv)
+    from minibert import duplication
+    from minibert.checkpoints import load_pretrained
+    from minibert.errors import MiniBertError
+
+    duplication.check_output_dir(args.output, args.force)   # before any slow loading
+    model = load_pretrained(args.model)
+    config = model.config
+    L = config.num_hidden_layers
+    record = {"source": str(model.source_dir), "source_layers": L}
+    if args.repeat is not None:
+        if args.tied:
+            raise MiniBertError("--tied: ALBERT's layers are always shared; --repeat needs no --tied")
+        deeper = duplication.repeat_albert(model, args.repeat)
+        record.update(method="repeat", repeat=args.repeat)
+        labels = None                                   # the config says it all: group g, pass p
+    else:
+        if config.model_type == "albert":
+            raise MiniBertError("--duplicate/--order: this is an ALBERT model, whose layers are already shared; "
+                                "use --repeat K to run the shared group K more times")
+        if args.duplicate is not None:
+            order = duplication.duplicate_order(L, duplication.parse_indices(args.duplicate, "--duplicate"))
+        else:
+            order = duplication.parse_indices(args.order, "--order")
+        deeper = duplication.deepen_bert(model, order, tied=args.tied)
+        labels = duplication.source_order(model, order)
+        record.update(method="duplicate" if args.duplicate is not None else "order", order=order,
+                      layers_run=labels, tied=args.tied)
+
+    duplication.write_model(deeper, args.output, source_dir=model.source_dir, record=record, force=args.force)
+    depth = deeper.config.num_hidden_layers
+    print(f"wrote {args.output}: {depth} layers (from {L})"
+          + (f", order {','.join(map(str, record['order']))}" if "order" in record else "")
+          + (", tied" if args.tied else ""))
+
+    if args.probe:
+        from minibert import probing
+        from minibert.tokenization import load_tokenizer
+        tokenizer = load_tokenizer(model.source_dir)
+        sentences = probing.read_sentences(args.text, args.max_sentences)
+        before = probing.probe_model(model, tokenizer, sentences, batch_size=args.batch_size)
+        descriptions = None if labels is None else probing.depth_descriptions(deeper.config, order=labels)
+        after = probing.probe_model(deeper, tokenizer, sentences, batch_size=args.batch_size,
+                                    descriptions=descriptions)
+        print()
+        print(f"MLM head on every layer, {before.sentences} sentences, {before.tokens} real tokens "
+              f"(top-1 / top-5 accuracy of reconstructing the input token, cross-entropy in nats)")
+        print(probing.format_side_by_side(before, after, "original", f"deeper ({depth} layers)"))
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

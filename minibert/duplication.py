@@ -1,0 +1,197 @@
+"""Deeper models for free: duplicating layers (Kao et al. 2020, Finding 2).
+
+Kao et al. made BERT deeper with no training at all: after some layers they
+insert a copy of the same layer, e.g. "duplicate the first three layers" of
+BERT-base gives 15 layers that run
+
+    0, 0, 1, 1, 2, 2, 3, 4, ..., 11
+
+The copies are *untied* (deep copies that can drift apart when the deeper
+model is fine-tuned), and fine-tuning it with the base model's settings
+improved SQuAD 2.0 (up to +1.5 F1) and SNLI (+0.6) ([Kao] section 4).
+
+Three ways to say which layers run, all reduced to an `order`, the list of
+source-layer indices run at each new depth:
+
+    duplicate_order(L, [0, 1, 2])   each listed layer is followed by a copy
+    an explicit order               any sequence of existing layer indices
+    repeat_albert(model, k)         ALBERT: run the shared group k more times
+
+`deepen_bert(model, order, tied=False)` builds the deeper model:
+
+* untied (the paper's scheme): every depth gets its own deep copy, and the
+  result is a plain BERT with more layers (`layer_order` None);
+* tied (a cheap ablation): the distinct layers are kept once and the config's
+  `layer_order` makes the encoder run the same module at several depths.
+  Hugging Face has no tied layers, so `save_pretrained` writes every depth as
+  its own layer (transformers loads it as an ordinary, untied BERT) and adds
+  "layer_order" to config.json, from which minibert ties them again on load.
+
+Layer indices are *depths of the source model* (Hugging Face's
+`encoder.layer.i`), so duplicating an already-duplicated model works the same
+way. Embeddings, pooler and heads are copied unchanged.
+
+Reference: [Kao] arXiv:2001.09309.
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+
+from minibert.errors import MiniBertError
+from minibert.fileio import atomic_write
+from minibert.model import BertModel
+
+
+# ----------------------------------------------------------------------------
+# Orders
+# ----------------------------------------------------------------------------
+
+
+def parse_indices(text, flag):
+    """"0,1,2" -> [0, 1, 2]; anything else is a MiniBertError naming the flag."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise MiniBertError(f"{flag}: empty; expected comma-separated layer indices such as 0,1,2")
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise MiniBertError(f"{flag} {text!r}: expected comma-separated integer layer indices such as 0,1,2") from None
+
+
+def check_indices(indices, num_layers, flag):
+    if not indices:
+        raise MiniBertError(f"{flag}: empty; expected at least one layer index")
+    for i in indices:
+        if not 0 <= i < num_layers:
+            raise MiniBertError(f"{flag}: layer index {i} is out of range; the model has {num_layers} layers "
+                                f"(indices 0..{num_layers - 1})")
+
+
+def duplicate_order(num_layers, duplicate):
+    """The paper's scheme: layer i runs once, then once more for every time it
+    is listed. duplicate_order(12, [0, 1, 2]) -> 0,0,1,1,2,2,3,...,11 (15 layers)."""
+    check_indices(duplicate, num_layers, "--duplicate")
+    order = []
+    for i in range(num_layers):
+        order += [i] * (1 + duplicate.count(i))
+    return order
+
+
+# ----------------------------------------------------------------------------
+# Building the deeper model
+# ----------------------------------------------------------------------------
+
+
+def heads_of(model):
+    return dict(with_pooler=model.pooler is not None, with_mlm_head=model.mlm_head is not None,
+                with_nsp_head=model.nsp_head is not None)
+
+
+def copy_outside_encoder(source, target):
+    """Embeddings, pooler and heads: unchanged (copied, not shared)."""
+    for name in ("embeddings", "pooler", "mlm_head", "nsp_head"):
+        module = getattr(source, name)
+        if module is not None:
+            getattr(target, name).load_state_dict(module.state_dict())
+
+
+def deepen_bert(model, order, tied=False):
+    """A new BERT that runs source depth `order[d]` at each new depth d.
+
+    Untied: `len(order)` distinct layers, each a copy of its source layer.
+    Tied: one copy of each source layer used, in order of first use, and a
+    `layer_order` saying which runs where (None when no layer repeats)."""
+    config = model.config
+    if config.model_type != "bert":
+        raise MiniBertError("--duplicate/--order: this is an ALBERT model, whose layers are already shared; "
+                            "use --repeat K to run the shared group K more times")
+    plan = config.depth_plan()                       # source depth -> distinct source layer
+    check_indices(order, len(plan), "--order")
+    sources = [plan[depth] for depth in order]       # distinct source layer run at each new depth
+    if tied:
+        distinct = list(dict.fromkeys(sources))      # each source layer once, in order of first use
+        layer_order = [distinct.index(s) for s in sources]
+        if layer_order == list(range(len(order))):   # nothing repeats: an ordinary BERT
+            layer_order = None
+    else:
+        distinct, layer_order = sources, None
+    new_config = dataclasses.replace(config, num_hidden_layers=len(order), layer_order=layer_order,
+                                     num_hidden_groups=len(distinct) if layer_order is not None else None)
+    deeper = BertModel(new_config, **heads_of(model))
+    copy_outside_encoder(model, deeper)
+    for new_index, source_index in enumerate(distinct):
+        # load_state_dict copies the values: the new layer owns its storage.
+        deeper.encoder.layers[new_index].load_state_dict(model.encoder.layers[source_index].state_dict())
+    return deeper.eval()
+
+
+def repeat_albert(model, k):
+    """ALBERT shares its layers, so "duplicating" means running them more
+    times: num_hidden_layers L -> L + k, no new weights.
+
+    With G > 1 groups, depth l runs group l * G // L (ALBERT's modeling.py and
+    transformers alike), so the groups run in G equal blocks. Adding k depths
+    keeps that meaning, "each group runs k / G more times", only when L and k
+    are both multiples of G; other cases would silently reshuffle which group
+    runs where, and are refused."""
+    config = model.config
+    if config.model_type != "albert":
+        raise MiniBertError("--repeat: this is a BERT model with distinct layers; use --duplicate or --order")
+    if not isinstance(k, int) or k < 1:
+        raise MiniBertError(f"--repeat {k}: expected a positive integer")
+    G, L = config.num_groups, config.num_hidden_layers
+    if G > 1 and (L % G or k % G):
+        raise MiniBertError(f"--repeat {k}: this ALBERT has {G} layer groups over {L} layers; --repeat needs "
+                            f"the layer count and K to be multiples of {G} (each group then runs K/{G} more times)")
+    deeper = BertModel(dataclasses.replace(config, num_hidden_layers=L + k), **heads_of(model))
+    deeper.load_state_dict(model.state_dict())      # same tensors: only the depth changed
+    return deeper.eval()
+
+
+def source_order(model, order):
+    """For labelling probe rows: the order as distinct source layers."""
+    plan = model.config.depth_plan()
+    return [plan[depth] for depth in order]
+
+
+def recorded_layers_run(folder, config):
+    """The source layer run at each depth, from the duplication.json that
+    `write_model` left in `folder`; None if there is none or it does not fit
+    this config. Only used to label probe rows ("layer 0 (copy)"), since an
+    untied duplicated model's config is a plain BERT that cannot say it."""
+    try:
+        record = json.loads((Path(folder) / "duplication.json").read_text(encoding="utf-8"))
+        layers = record["layers_run"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    fits = (isinstance(layers, list) and len(layers) == config.num_hidden_layers
+            and all(isinstance(i, int) for i in layers))
+    return layers if fits else None
+
+
+# ----------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------
+
+
+def check_output_dir(output, force=False):
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise MiniBertError(f"--output {output}: exists and is not a folder")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise MiniBertError(f"--output {output}: folder exists and is not empty; pass --force to write into it")
+
+
+def write_model(deeper, output, source_dir=None, record=None, force=False):
+    """Hugging Face layout (config.json, model.safetensors, tokenizer files
+    from `source_dir`), plus duplication.json saying how it was made."""
+    from minibert.checkpoints import save_pretrained
+    check_output_dir(output, force)
+    if source_dir is not None:
+        deeper.source_dir = source_dir               # save_pretrained copies the tokenizer from here
+    save_pretrained(deeper, output)
+    if record is not None:
+        with atomic_write(Path(output) / "duplication.json", mode="w") as f:
+            json.dump(record, f, indent=2)
+            f.write("\n")

@@ -1,0 +1,629 @@
+"""Text -> token ids for BERT (WordPiece) and ALBERT (SentencePiece unigram).
+
+Both tokenizers are assembled by hand from the parts of the Hugging Face
+`tokenizers` library, one part per step of the original recipe, so that each
+step can be read (and printed: `print(tokenizer.backend.normalizer)`):
+
+    text -> normalizer -> pre-tokenizer -> model -> post-processor -> ids
+            (clean,       (split into     (WordPiece  ([CLS] A [SEP] B [SEP],
+             lower-case,   words)          or unigram)  token type ids 0/1)
+             strip accents)
+
+BERT (google-research/bert tokenization.py, `BasicTokenizer` + `WordpieceTokenizer`):
+  * normalizer  BertNormalizer: drop control characters, map whitespace to " ",
+                put spaces around CJK ideographs, and (uncased models only)
+                strip accents (NFD, drop non-spacing marks) and lower-case.
+                Accents are stripped only when lower-casing, as in Google's code.
+  * pre-tokenizer BertPreTokenizer: split on whitespace and isolate punctuation.
+  * model       WordPiece: greedy longest-match-first, "##" marks a piece that
+                continues a word, a word with no full match becomes one [UNK].
+  * post-processor [CLS] A [SEP] (B [SEP]), token types 0 for A, 1 for B.
+
+ALBERT (google-research/albert tokenization.py, `preprocess_text` + SentencePiece):
+  * normalizer  ALBERT's own clean-up first (collapse whitespace, NFKD + drop
+                combining characters, lower-case for uncased models; plus
+                transformers' `` and '' -> "), then SentencePiece's own
+                normalization rules, which the `.model` file carries as a
+                compiled table (`precompiled_charsmap`, NFKC for the default
+                "nmt_nfkc" rule).
+  * pre-tokenizer split on whitespace, prefix each word with "▁" (U+2581),
+                which is how SentencePiece marks "a word starts here".
+  * model       unigram: the segmentation with the highest total log-probability
+                (the piece scores) under the vocabulary.
+  * post-processor as for BERT.
+
+Special tokens ([CLS], [SEP], [MASK], [PAD], [UNK]; <pad>, <unk> in ALBERT) are
+never split. A user who types the literal text "[MASK]" gets the [MASK] id,
+exactly as with transformers' tokenizers; "[mask]" in lower case is ordinary
+text. Google's own tokenizers have no such rule and would split "[MASK]" into
+"[", "mask", "]" (BERT) or into SentencePiece pieces (ALBERT).
+
+Pairs are truncated by BERT's rule (truncate_seq_pair), and an empty text_pair
+means "no pair", as in Google's run_classifier.py.
+
+Where Google's code, transformers and `tokenizers` disagree, the choice made here
+and the reason are written next to the code; tests/test_tokenization.py checks
+them against transformers and SentencePiece.
+"""
+
+import functools
+import json
+import pathlib
+import unicodedata
+from dataclasses import dataclass
+
+import torch
+import tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from minibert.checkpoints.protobuf import fixed32_to_float, iter_fields, to_signed64
+from minibert.errors import MiniBertError
+
+# Google's WordPiece gives up on words longer than 200 characters (one [UNK]);
+# transformers and `tokenizers` use 100. We follow transformers, so that ids
+# agree with what Hugging Face models were trained and evaluated with. Only
+# words of 101..200 characters (URLs, DNA strings, ...) are affected.
+MAX_INPUT_CHARS_PER_WORD = 100
+
+# The special tokens of every BERT vocabulary. train_wordpiece puts them at ids
+# 0..4 in this order. (Google's released vocabularies use [PAD]=0,
+# [unused0..98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103; ids are
+# always looked up by name, never assumed.)
+BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+# Names the tokenizer file may have, in the order load_tokenizer looks for them
+# (inside the folder and inside its `assets/` subfolder, where TF-Hub modules keep it).
+TOKENIZER_FILES = ["vocab.txt", "spiece.model", "30k-clean.model", "tokenizer.json"]
+
+# SentencePiece piece types (sentencepiece_model.proto, SentencePiece.Type).
+SPM_NORMAL, SPM_UNKNOWN, SPM_CONTROL, SPM_USER_DEFINED, SPM_UNUSED, SPM_BYTE = 1, 2, 3, 4, 5, 6
+SPM_UNIGRAM = 1  # TrainerSpec.ModelType
+
+
+@dataclass
+class Encoding:
+    """One encoded text (or text pair). All lists have one entry per token."""
+
+    ids: list            # token ids, [CLS] ... [SEP] included
+    token_type_ids: list  # 0 for [CLS], text and first [SEP]; 1 for the pair and its [SEP]
+    offsets: list        # (start, end) character span of each token in the ORIGINAL text; (0, 0) for [CLS]/[SEP]
+    tokens: list         # the token string of each id (so "[UNK]"/"<unk>" for unknown text)
+    word_ids: list       # index of the word each token came from, None for [CLS]/[SEP]
+    sequence_ids: list   # 0 = text, 1 = text_pair, None for [CLS]/[SEP]
+
+    def __len__(self):
+        return len(self.ids)
+
+
+class Tokenizer:
+    """A thin wrapper around a `tokenizers.Tokenizer` (kept in `self.backend`)
+    that knows BERT's special tokens and returns what minibert needs."""
+
+    def __init__(self, backend, kind, do_lower_case, pad_token, unk_token,
+                 cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", spm_model_bytes=None):
+        self.backend = backend
+        self.kind = kind                      # "wordpiece" or "sentencepiece"
+        self.do_lower_case = do_lower_case
+        self.special_tokens = {"pad": pad_token, "unk": unk_token, "cls": cls_token,
+                               "sep": sep_token, "mask": mask_token}
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            backend.token_to_id(token) for token in (pad_token, unk_token, cls_token, sep_token, mask_token))
+        self.special_ids = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
+        self.vocab_size = backend.get_vocab_size()
+        self._spm_model_bytes = spm_model_bytes  # the .model file, written back by save()
+
+    def __repr__(self):
+        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case})"
+
+    # ---- text -> ids -------------------------------------------------------
+
+    def encode(self, text, text_pair=None, max_length=None):
+        """Encode one text (or a pair) into an `Encoding`, with [CLS]/[SEP].
+        max_length truncates, longest sequence first (see batch_encode)."""
+        _check_text(text, "encode: text")
+        if text_pair is not None:
+            _check_text(text_pair, "encode: text_pair")
+        (encoding,) = self._encode_all([text], None if text_pair is None else [text_pair], max_length)
+        return Encoding(ids=encoding.ids, token_type_ids=encoding.type_ids, offsets=encoding.offsets,
+                        tokens=self.convert_ids_to_tokens(encoding.ids), word_ids=encoding.word_ids,
+                        sequence_ids=encoding.sequence_ids)
+
+    def batch_encode(self, texts, text_pairs=None, max_length=512):
+        """Encode a batch into LongTensors `input_ids`, `token_type_ids`,
+        `attention_mask` of shape (batch, longest), padded with pad_id.
+
+        Pairs longer than max_length lose tokens from the end of whichever
+        sequence is currently longer, one at a time (see truncate_seq_pair)."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise MiniBertError("batch_encode: texts must be a list of strings")
+        if text_pairs is not None:
+            if isinstance(text_pairs, str) or not all(isinstance(t, str) for t in text_pairs):
+                raise MiniBertError("batch_encode: text_pairs must be a list of strings")
+            if len(text_pairs) != len(texts):
+                raise MiniBertError(f"batch_encode: got {len(texts)} texts but {len(text_pairs)} text_pairs")
+        encodings = self._encode_all(list(texts), None if text_pairs is None else list(text_pairs), max_length)
+        longest = max((len(e.ids) for e in encodings), default=0)
+        input_ids = torch.full((len(encodings), longest), self.pad_id, dtype=torch.long)
+        token_type_ids = torch.zeros((len(encodings), longest), dtype=torch.long)
+        attention_mask = torch.zeros((len(encodings), longest), dtype=torch.long)
+        for row, e in enumerate(encodings):
+            input_ids[row, :len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
+            token_type_ids[row, :len(e.ids)] = torch.tensor(e.type_ids, dtype=torch.long)
+            attention_mask[row, :len(e.ids)] = 1
+        return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+
+    def _encode_all(self, texts, text_pairs, max_length):
+        """Encode without specials, truncate like BERT, then add [CLS]/[SEP]."""
+        if text_pairs is None:
+            text_pairs = [None] * len(texts)
+        if max_length is not None and (not isinstance(max_length, int) or max_length < 3):
+            raise MiniBertError(f"max_length must be an int >= 3 (room for [CLS] and two [SEP]), got {max_length!r}")
+        firsts = self.backend.encode_batch(texts, add_special_tokens=False)
+        seconds = self.backend.encode_batch([b or "" for b in text_pairs], add_special_tokens=False)
+        encodings = []
+        for a, b, pair_text in zip(firsts, seconds, text_pairs):
+            # An empty text_pair means "no pair", as in Google's run_classifier.py
+            # (`if example.text_b:`) and transformers' fast tokenizer.
+            b = b if pair_text else None
+            if max_length is not None:
+                budget = max_length - self.backend.num_special_tokens_to_add(is_pair=b is not None)
+                keep_a, keep_b = truncate_seq_pair(len(a), 0 if b is None else len(b), budget)
+                a.truncate(keep_a)
+                if b is not None:
+                    b.truncate(keep_b)
+            encodings.append(self.backend.post_process(a, b, add_special_tokens=True))
+        return encodings
+
+    def tokenize(self, text):
+        """The token strings of `text`, without [CLS]/[SEP]. Unknown text shows as
+        the unknown token ("[UNK]", "<unk>"), i.e. tokens always match the ids."""
+        _check_text(text, "tokenize: text")
+        return self.convert_ids_to_tokens(self.backend.encode(text, add_special_tokens=False).ids)
+
+    # ---- ids <-> tokens <-> text --------------------------------------------
+
+    def convert_tokens_to_ids(self, tokens):
+        """A token (or list of tokens) to id(s); tokens not in the vocabulary map to unk_id."""
+        if isinstance(tokens, str):
+            token_id = self.backend.token_to_id(tokens)
+            return self.unk_id if token_id is None else token_id
+        return [self.convert_tokens_to_ids(token) for token in tokens]
+
+    def convert_ids_to_tokens(self, ids):
+        """An id (or list/tensor of ids) to token string(s)."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        if isinstance(ids, int):
+            token = self.backend.id_to_token(ids)
+            if token is None:
+                raise MiniBertError(f"token id {ids} is not in the vocabulary (size {self.vocab_size})")
+            return token
+        return [self.convert_ids_to_tokens(int(i)) for i in ids]
+
+    def decode(self, ids, skip_special_tokens=True):
+        """Ids back to text ("##" pieces glued to their word, "▁" turned into spaces).
+        Lower-casing and stripped accents cannot be undone."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    # ---- saving ---------------------------------------------------------------
+
+    def save(self, directory):
+        """Write the tokenizer in Hugging Face layout: vocab.txt (WordPiece) or
+        spiece.model (SentencePiece), tokenizer_config.json and tokenizer.json, so
+        that both load_tokenizer(directory) and transformers'
+        AutoTokenizer.from_pretrained(directory) read it back."""
+        directory = pathlib.Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        tokens = self.special_tokens
+        config = {"do_lower_case": self.do_lower_case, "model_max_length": 512,
+                  "pad_token": tokens["pad"], "unk_token": tokens["unk"], "cls_token": tokens["cls"],
+                  "sep_token": tokens["sep"], "mask_token": tokens["mask"]}
+        if self.kind == "wordpiece":
+            vocab = [self.backend.id_to_token(i) for i in range(self.vocab_size)]
+            (directory / "vocab.txt").write_text("".join(token + "\n" for token in vocab), encoding="utf-8")
+            config.update(tokenizer_class="BertTokenizer", tokenize_chinese_chars=True, strip_accents=None)
+        else:
+            (directory / "spiece.model").write_bytes(self._spm_model_bytes)
+            config.update(tokenizer_class="AlbertTokenizer", keep_accents=False, remove_space=True,
+                          bos_token=tokens["cls"], eos_token=tokens["sep"])
+        (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        self.backend.save(str(directory / "tokenizer.json"))
+
+
+def truncate_seq_pair(len_a, len_b, max_tokens):
+    """How many tokens of each sequence to keep, by BERT's `_truncate_seq_pair`
+    (run_classifier.py): drop the last token of the longer one until they fit,
+    of the second one when they are equally long. (`tokenizers`' own
+    "longest_first" gives the odd token to the second sequence instead, so a
+    budget of 5 for 4 + 4 tokens keeps 2 + 3 there but 3 + 2 in BERT.)"""
+    while len_a + len_b > max_tokens:
+        if len_a > len_b:
+            len_a -= 1
+        else:
+            len_b -= 1
+    return len_a, len_b
+
+
+def _check_text(text, what):
+    if not isinstance(text, str):
+        raise MiniBertError(f"{what} must be a str, got {type(text).__name__}")
+
+
+def _bert_post_processor(backend, cls_token, sep_token):
+    """[CLS] A [SEP] for one text, [CLS] A [SEP] B [SEP] for a pair; type ids 0 then 1."""
+    return processors.TemplateProcessing(
+        single=f"{cls_token}:0 $A:0 {sep_token}:0",
+        pair=f"{cls_token}:0 $A:0 {sep_token}:0 $B:1 {sep_token}:1",
+        special_tokens=[(cls_token, backend.token_to_id(cls_token)), (sep_token, backend.token_to_id(sep_token))])
+
+
+# =============================================================================
+# BERT: WordPiece
+# =============================================================================
+
+def _bert_normalizer(do_lower_case):
+    # strip_accents is tied to lower-casing, as in Google's BasicTokenizer.
+    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                      strip_accents=do_lower_case, lowercase=do_lower_case)
+
+
+def _wordpiece_from_vocab(vocab, do_lower_case, source):
+    """vocab: dict token -> id. source names the file for error messages."""
+    for token in BERT_SPECIAL_TOKENS:
+        if token not in vocab:
+            raise MiniBertError(f"{source}: the vocabulary has no {token} token "
+                                f"(BERT needs {', '.join(BERT_SPECIAL_TOKENS)})")
+    backend = tokenizers.Tokenizer(models.WordPiece(vocab, unk_token="[UNK]",
+                                                    max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    backend.normalizer = _bert_normalizer(do_lower_case)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix="##")
+    # Registered special tokens are matched in the raw text before anything else
+    # runs, so "[MASK]" typed by a user is one token (see the module docstring).
+    backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in BERT_SPECIAL_TOKENS])
+    backend.post_processor = _bert_post_processor(backend, "[CLS]", "[SEP]")
+    return Tokenizer(backend, "wordpiece", do_lower_case, pad_token="[PAD]", unk_token="[UNK]")
+
+
+def read_vocab(vocab_file):
+    """vocab.txt -> dict token -> id (id = 0-based line number). Like Google's
+    `load_vocab`, each line is stripped of surrounding whitespace."""
+    path = pathlib.Path(vocab_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MiniBertError(f"{path}: cannot read the vocabulary ({e})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    if not lines:
+        raise MiniBertError(f"{path}: the vocabulary is empty (expected one WordPiece per line)")
+    vocab = {}
+    for index, line in enumerate(lines):
+        token = line.strip()
+        if token in vocab:  # Google's dict would silently drop the first id
+            raise MiniBertError(f"{path} line {index + 1}: token {token!r} already appears on line "
+                                f"{vocab[token] + 1} (each token must appear once)")
+        vocab[token] = index
+    return vocab
+
+
+def wordpiece_tokenizer(vocab_file, do_lower_case=True):
+    """A BERT tokenizer from a vocab.txt file."""
+    return _wordpiece_from_vocab(read_vocab(vocab_file), do_lower_case, source=str(vocab_file))
+
+
+def train_wordpiece(files, vocab_size, do_lower_case=True, min_frequency=2):
+    """Train a new WordPiece vocabulary on text files with `tokenizers` (shows a
+    progress bar). Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]; then the
+    alphabet (single characters and their "##" forms) and the learned pieces."""
+    files = [str(f) for f in ([files] if isinstance(files, (str, pathlib.Path)) else files)]
+    for f in files:
+        if not pathlib.Path(f).is_file():
+            raise MiniBertError(f"train_wordpiece: training file {f} does not exist")
+    if not isinstance(vocab_size, int) or vocab_size <= len(BERT_SPECIAL_TOKENS):
+        raise MiniBertError(f"train_wordpiece: vocab_size must be an int > {len(BERT_SPECIAL_TOKENS)}, "
+                            f"got {vocab_size!r}")
+    backend = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]",
+                                                    max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    backend.normalizer = _bert_normalizer(do_lower_case)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=True,
+                                        special_tokens=BERT_SPECIAL_TOKENS, limit_alphabet=1000,
+                                        continuing_subword_prefix="##")
+    backend.train(files, trainer)
+    # Rebuild from the learned vocabulary, so a trained tokenizer is assembled
+    # exactly like one loaded from vocab.txt.
+    return _wordpiece_from_vocab(backend.get_vocab(), do_lower_case, source="trained vocabulary")
+
+
+# =============================================================================
+# ALBERT: SentencePiece unigram
+# =============================================================================
+
+@dataclass
+class SentencePieceModel:
+    """What minibert reads from a SentencePiece `.model` file (a ModelProto)."""
+
+    pieces: list                 # (piece, score, type) in id order
+    unk_id: int                  # the one piece of type UNKNOWN
+    pad_id: int                  # -1 if the model has none
+    precompiled_charsmap: bytes  # the compiled normalization rules ("nmt_nfkc"); b"" for none
+    add_dummy_prefix: bool       # start the text with "▁" like every other word
+
+
+def read_sentencepiece_model(data, source="SentencePiece model"):
+    """Parse the bytes of a `.model` file with minibert's protobuf decoder.
+
+    sentencepiece_model.proto (only the fields used here):
+      ModelProto      1: repeated SentencePiece pieces, 2: TrainerSpec, 3: NormalizerSpec
+      SentencePiece   1: piece (string), 2: score (float), 3: type (enum, default NORMAL=1)
+      TrainerSpec     3: model_type (UNIGRAM=1, BPE=2, WORD=3, CHAR=4), 35: byte_fallback,
+                      43: pad_id (int32; -1 = none)
+      NormalizerSpec  2: precompiled_charsmap (bytes), 3: add_dummy_prefix (default true)
+    A field left at its default is not written to the file, hence the defaults below.
+    """
+    pieces = []
+    model_type, byte_fallback, pad_id = SPM_UNIGRAM, False, -1
+    charsmap, add_dummy_prefix = b"", True
+    for field, wire_type, value in iter_fields(data, source):
+        if field == 1 and wire_type == 2:
+            piece, score, kind = None, 0.0, SPM_NORMAL
+            for f, w, v in iter_fields(value, f"{source} piece {len(pieces)}"):
+                if f == 1 and w == 2:
+                    try:
+                        piece = v.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise MiniBertError(f"{source}: piece {len(pieces)} is not valid UTF-8") from None
+                elif f == 2 and w == 5:
+                    score = fixed32_to_float(v)
+                elif f == 3 and w == 0:
+                    kind = v
+            if piece is None:
+                raise MiniBertError(f"{source}: piece {len(pieces)} has no text (corrupt .model file?)")
+            pieces.append((piece, score, kind))
+        elif field == 2 and wire_type == 2:
+            for f, w, v in iter_fields(value, f"{source} trainer_spec"):
+                if f == 3 and w == 0:
+                    model_type = v
+                elif f == 35 and w == 0:
+                    byte_fallback = bool(v)
+                elif f == 43 and w == 0:
+                    pad_id = to_signed64(v)
+        elif field == 3 and wire_type == 2:
+            for f, w, v in iter_fields(value, f"{source} normalizer_spec"):
+                if f == 2 and w == 2:
+                    charsmap = v
+                elif f == 3 and w == 0:
+                    add_dummy_prefix = bool(v)
+    if not pieces:
+        raise MiniBertError(f"{source}: no pieces found (expected a SentencePiece ModelProto)")
+    unknown = [i for i, (_, _, kind) in enumerate(pieces) if kind == SPM_UNKNOWN]
+    if len(unknown) != 1:
+        raise MiniBertError(f"{source}: expected exactly one piece of type UNKNOWN, found {len(unknown)} "
+                            f"(corrupt .model file?)")
+    if model_type != SPM_UNIGRAM:
+        raise MiniBertError(f"{source}: model_type {model_type} is not supported (ALBERT uses a unigram model, type 1)")
+    if byte_fallback:
+        raise MiniBertError(f"{source}: byte_fallback models are not supported (ALBERT's are not byte-fallback)")
+    # The compiled table starts with the byte size of its trie: a uint32, a
+    # multiple of 4 that fits in the table. (`tokenizers` may crash on garbage.)
+    trie_size = int.from_bytes(charsmap[:4], "little")
+    if charsmap and not (len(charsmap) >= 4 and 0 < trie_size <= len(charsmap) - 4 and trie_size % 4 == 0):
+        raise MiniBertError(f"{source}: normalizer_spec.precompiled_charsmap is malformed (corrupt .model file?)")
+    if not 0 <= pad_id < len(pieces):
+        pad_id = next((i for i, (piece, _, _) in enumerate(pieces) if piece == "<pad>"), -1)
+    return SentencePieceModel(pieces, unknown[0], pad_id, charsmap, add_dummy_prefix)
+
+
+@functools.cache
+def _regex_class(predicate_name):
+    """A regex character class ("[\\x{9}-\\x{D}\\x{20}...]") of every code point
+    for which a Python predicate holds, so a `tokenizers` normalizer can apply
+    exactly the character test ALBERT's Python code applies."""
+    predicate = {"isspace": str.isspace, "combining": unicodedata.combining}[predicate_name]
+    ranges = []
+    for cp in range(0x110000):
+        if predicate(chr(cp)):
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1][1] = cp
+            else:
+                ranges.append([cp, cp])
+    return "[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges) + "]"
+
+
+def _albert_normalizer(do_lower_case, precompiled_charsmap):
+    """ALBERT's `preprocess_text`, then SentencePiece's normalization.
+
+    preprocess_text(text, lower=do_lower_case) in google-research/albert:
+        " ".join(text.strip().split())                # 1. collapse whitespace
+        NFKD, drop c with unicodedata.combining(c)    # 3. strip accents
+        .lower() if lower                             # 4. lower-case
+    Step 2, .replace("``", '"').replace("''", '"') (LaTeX-style quotes), is not
+    in Google's ALBERT code: transformers' AlbertTokenizer inherited it from
+    XLNet's preprocessing. We keep it so that ids equal transformers'; text
+    with `` or '' therefore differs from what Google's code gives.
+    Steps 1 and 3 use Python's own character tests, copied here as regex classes:
+    `tokenizers`' StripAccents would also remove spacing marks (Mc) with combining
+    class 0, e.g. Devanagari vowel signs, which ALBERT keeps.
+    Accents are stripped for cased models too, unlike BERT (Google's ALBERT and
+    transformers' AlbertTokenizer, keep_accents=False, both do so).
+    """
+    steps = [normalizers.Replace(Regex(_regex_class("isspace")), " "),
+             normalizers.Replace("``", '"'), normalizers.Replace("''", '"'),
+             normalizers.NFKD(),
+             normalizers.Replace(Regex(_regex_class("combining")), ""),
+             # NFC re-composes what NFKD split and step 3 kept: Hangul syllables
+             # and vowel signs such as Bengali "ো". SentencePiece's table composes
+             # them too, but `tokenizers`' Precompiled (which applies the table one
+             # grapheme cluster at a time) does not. Found by comparing with
+             # SentencePiece on every code point; NFC changes nothing else there.
+             normalizers.NFC()]
+    if do_lower_case:
+        steps.append(normalizers.Lowercase())
+    if precompiled_charsmap:
+        steps.append(normalizers.Precompiled(precompiled_charsmap))  # SentencePiece's own rules
+    return normalizers.Sequence(steps)
+
+
+def _unigram_score(piece, score):
+    """ALBERT's tokenizer never emits a piece that ends in digit + comma, like
+    "▁1," : it re-splits such a piece into the number and ",". transformers'
+    converter approximates this by making those pieces 100 (in log-probability)
+    less likely; we do the same, so that "1, 2, 3" -> "▁1" "," "▁2" "," "▁3"."""
+    if len(piece) >= 2 and piece[-1] == "," and piece[-2].isdigit():
+        return score - 100.0
+    return score
+
+
+def sentencepiece_tokenizer(model_file, do_lower_case=True):
+    """An ALBERT tokenizer from a SentencePiece `.model` file (spiece.model / 30k-clean.model)."""
+    path = pathlib.Path(model_file)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise MiniBertError(f"{path}: cannot read the SentencePiece model ({e})") from None
+    spm = read_sentencepiece_model(data, source=str(path))
+    vocab = {piece: i for i, (piece, _, _) in enumerate(spm.pieces)}
+    for token in ["[CLS]", "[SEP]", "[MASK]"]:
+        if token not in vocab:
+            raise MiniBertError(f"{path}: the SentencePiece model has no {token} piece "
+                                f"(ALBERT needs [CLS], [SEP], [MASK])")
+    if spm.pad_id < 0:
+        raise MiniBertError(f"{path}: the SentencePiece model has no padding piece (pad_id unset and no <pad>)")
+    pad_token, unk_token = spm.pieces[spm.pad_id][0], spm.pieces[spm.unk_id][0]
+
+    backend = tokenizers.Tokenizer(models.Unigram(
+        [(piece, _unigram_score(piece, score)) for piece, score, _ in spm.pieces], unk_id=spm.unk_id))
+    try:
+        backend.normalizer = _albert_normalizer(do_lower_case, spm.precompiled_charsmap)
+    except Exception as e:  # `tokenizers` could not parse the charsmap
+        raise MiniBertError(f"{path}: normalizer_spec.precompiled_charsmap is unusable ({e})") from None
+    prepend = "always" if spm.add_dummy_prefix else "never"
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                     pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend)])
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=prepend)
+    # Control pieces ([CLS], [SEP], [MASK], <pad>, ...) and <unk> are special:
+    # never produced by splitting text, matched whole when typed literally.
+    specials = {piece for piece, _, kind in spm.pieces if kind in (SPM_CONTROL, SPM_UNKNOWN)} | {pad_token}
+    backend.add_special_tokens([AddedToken(piece, special=True, normalized=False)
+                                for piece, _, _ in spm.pieces if piece in specials])
+    backend.post_processor = _bert_post_processor(backend, "[CLS]", "[SEP]")
+    return Tokenizer(backend, "sentencepiece", do_lower_case, pad_token=pad_token, unk_token=unk_token,
+                     spm_model_bytes=data)
+
+
+# =============================================================================
+# Finding and loading a tokenizer
+# =============================================================================
+
+def _read_json(path):
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise MiniBertError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise MiniBertError(f"{path}: expected a JSON object")
+    return value
+
+
+def _read_tokenizer_config(folder):
+    path = folder / "tokenizer_config.json"
+    config = _read_json(path) if path.is_file() else {}
+    if "do_lower_case" in config and not isinstance(config["do_lower_case"], bool):
+        raise MiniBertError(f"{path}: do_lower_case must be true or false, got {config['do_lower_case']!r}")
+    return config
+
+
+def _tokenizer_json_lowercase(spec):
+    """The "lowercase" flag of a tokenizer.json's BertNormalizer, or None."""
+    normalizer = spec.get("normalizer")
+    if isinstance(normalizer, dict) and normalizer.get("type") == "BertNormalizer":
+        return normalizer.get("lowercase")
+    return None
+
+
+def casing_from_folder_name(name):
+    """Google's release folders say the casing in their names:
+    uncased_L-12_H-768_A-12, wwm_uncased_..., cased_L-12_H-768_A-12,
+    multi_cased_L-12_H-768_A-12 (cased); multilingual_L-12_H-768_A-12 and
+    chinese_L-12_H-768_A-12 are lower-cased. Returns None if the name says nothing."""
+    name = name.lower()
+    if "uncased" in name:
+        return True
+    if "cased" in name:
+        return False
+    if name.startswith(("multilingual_l-", "chinese_l-")):
+        return True
+    return None
+
+
+def casing_from_vocab(vocab):
+    """An uncased vocabulary was made from lower-cased text, so none of its
+    tokens (special ones like [CLS] and [unused7] aside) has an upper-case letter."""
+    def is_special(token):
+        return len(token) > 2 and token.startswith("[") and token.endswith("]")
+    return not any(ch.isupper() for token in vocab if not is_special(token) for ch in token)
+
+
+def _find_tokenizer_file(folder):
+    for where in (folder, folder / "assets"):
+        for name in TOKENIZER_FILES:
+            if (where / name).is_file():
+                return where / name
+        models_found = sorted(where.glob("*.model")) if where.is_dir() else []
+        if models_found:
+            return models_found[0]
+    raise MiniBertError(f"{folder}: no tokenizer file found (looked for {', '.join(TOKENIZER_FILES)} "
+                        f"or *.model, here and in assets/)")
+
+
+def _vocab_from_tokenizer_json(path):
+    """The WordPiece vocabulary (token -> id) of a Hugging Face tokenizer.json."""
+    model = _read_json(path).get("model")
+    if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        raise MiniBertError(f"{path}: only WordPiece tokenizer.json files are supported "
+                            f"(for SentencePiece models minibert reads the spiece.model file)")
+    return model["vocab"]
+
+
+def load_tokenizer(name_or_path=None):
+    """The tokenizer of a model folder, a tokenizer file, or a model name.
+
+    name_or_path: a folder holding vocab.txt, spiece.model, 30k-clean.model,
+    assets/*.model (TF-Hub) or tokenizer.json (WordPiece only); a path to one
+    such file; or a name (or None for the bundled default model) that
+    minibert.checkpoints.hub resolves to a folder.
+
+    Lower-casing (do_lower_case) is decided by the first of these that answers:
+      1. "do_lower_case" in tokenizer_config.json in the folder;
+      2. SentencePiece: True (every released ALBERT model is uncased);
+      3. WordPiece: the "lowercase" flag of the BertNormalizer in the folder's
+         tokenizer.json (Hugging Face layout), if there is one;
+      4. WordPiece: the folder name (Google's "uncased_L-12_H-768_A-12",
+         "cased_L-12_H-768_A-12", ...; see casing_from_folder_name);
+      5. WordPiece: the vocabulary, uncased if no ordinary token has an
+         upper-case letter (see casing_from_vocab).
+    """
+    if name_or_path is not None and pathlib.Path(name_or_path).exists():
+        path = pathlib.Path(name_or_path)
+    else:  # a model name: the hub module knows where (or whether) it is cached
+        from minibert.checkpoints.hub import resolve_model_dir
+        path = pathlib.Path(resolve_model_dir(None if name_or_path is None else str(name_or_path)))
+    folder = path if path.is_dir() else path.parent
+    file = _find_tokenizer_file(path) if path.is_dir() else path
+    config = _read_tokenizer_config(folder)
+    lower = config.get("do_lower_case")
+
+    if file.suffix == ".model":
+        return sentencepiece_tokenizer(file, do_lower_case=True if lower is None else lower)
+    vocab = _vocab_from_tokenizer_json(file) if file.suffix == ".json" else read_vocab(file)
+    if lower is None and (folder / "tokenizer.json").is_file():
+        lower = _tokenizer_json_lowercase(_read_json(folder / "tokenizer.json"))
+    if lower is None:
+        lower = casing_from_folder_name(folder.name)
+    if lower is None:
+        lower = casing_from_vocab(vocab)
+    return _wordpiece_from_vocab(vocab, lower, source=str(file))

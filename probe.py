@@ -1,0 +1,100 @@
+"""Feed every hidden layer to the pretrained MLM head (Kao et al. 2020).
+
+BERT's masked-LM output layer only ever saw the last layer in pretraining,
+yet it reconstructs the input tokens from the hidden states of any layer.
+This script measures that: for each hidden state l = 0..L (0 = embedding
+output, then one per executed layer) it applies the model's MLM head at every
+real token position ([CLS], [SEP] and padding excluded; unmasked input) and
+reports top-1 / top-5 accuracy of predicting the input token and the mean
+cross-entropy.
+
+examples:
+  python probe.py                                 # the bundled model, bundled sentences
+  python probe.py --model DIR --show 2 --json probe.json --plot probe.png
+  python probe.py --model DIR --mask-prob 0.15   # plus masked-LM accuracy, for context
+  python probe.py --model all-MiniLM-DIR --fit-head corpus.txt
+      # an encoder with no MLM head: fit one on its last layer, probe every layer
+
+Works for BERT, ALBERT (layer 0 = the embeddings projected to H) and models
+made deeper by duplicate.py.
+"""
+
+from minibert.cli import ArgumentParser, HelpFormatter, run
+
+parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+parser.add_argument("--model", default=None,
+                    help="model folder, file inside one, or known name (default: the bundled model)")
+parser.add_argument("--text", default=None, metavar="FILE",
+                    help="sentences to probe, one per line (default: ~125 varied English sentences shipped "
+                         "with minibert, minibert/data/probe_sentences.txt)")
+parser.add_argument("--max-sentences", type=int, default=None, metavar="N", help="use only the first N sentences")
+parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="sentences per forward pass")
+parser.add_argument("--mask-prob", type=float, default=None, metavar="P",
+                    help="also report the last layer's accuracy at masked positions: replace a random P of the "
+                         "real tokens with [MASK] and predict the originals")
+parser.add_argument("--seed", type=int, default=0, help="seed for --mask-prob and --fit-head")
+parser.add_argument("--show", type=int, default=0, metavar="N",
+                    help="print N example sentences as reconstructed from each layer's argmax")
+parser.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
+parser.add_argument("--plot", default=None, metavar="FILE.png", help="plot accuracy by layer (needs matplotlib)")
+parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto")
+fit = parser.add_argument_group(
+    "fitting a head (for encoders without an MLM head)",
+    "A fresh MLM head (dense, LayerNorm, output bias; decoder tied to the frozen word\n"
+    "embeddings) learns to reconstruct the unmasked input from the frozen LAST layer\n"
+    "only; then every layer is probed with it (e.g. all-MiniLM-L6-v2).")
+fit.add_argument("--fit-head", default=None, metavar="TEXTFILE",
+                 help="train a fresh head on this text (one sentence per line), even if the model has one")
+fit.add_argument("--fit-steps", type=int, default=300, metavar="N", help="optimizer steps (AdamW)")
+fit.add_argument("--fit-lr", type=float, default=1e-3, metavar="LR", help="constant learning rate")
+fit.add_argument("--fit-batch-size", type=int, default=256, metavar="N", help="token positions per step")
+
+
+def main(argv=None):
+    args = parser.parse_args(argv)
+    from minibert import duplication, probing
+    from minibert.checkpoints import load_pretrained
+    from minibert.tokenization import load_tokenizer
+    from minibert.training import choose_device
+
+    probing.check_probe_settings(args.batch_size, args.mask_prob, args.show)
+    probing.check_fit_settings(args.fit_steps, args.fit_lr, args.fit_batch_size)
+    device = choose_device(args.device)
+    sentences = probing.read_sentences(args.text, args.max_sentences)
+    model = load_pretrained(args.model)
+    tokenizer = load_tokenizer(model.source_dir)
+    name = args.model or "the bundled model"
+
+    head, head_name = None, "pretrained"
+    if args.fit_head is not None:
+        fit_sentences = probing.read_sentences(args.fit_head)
+        head, loss = probing.fit_mlm_head(model, tokenizer, fit_sentences, steps=args.fit_steps, lr=args.fit_lr,
+                                          batch_size=args.fit_batch_size, seed=args.seed, device=device)
+        head_name = (f"fitted on {args.fit_head} (last layer only, unmasked reconstruction, {args.fit_steps} steps, "
+                     f"final loss {loss:.3f})")
+
+    # A model written by duplicate.py says which source layer each depth copies.
+    layers_run = duplication.recorded_layers_run(model.source_dir, model.config)
+    descriptions = None if layers_run is None else probing.depth_descriptions(model.config, order=layers_run)
+    result = probing.probe_model(model, tokenizer, sentences, mlm_head=head, batch_size=args.batch_size,
+                                 mask_prob=args.mask_prob, seed=args.seed, show=args.show, head_name=head_name,
+                                 descriptions=descriptions, model_name=name, device=device, progress=True)
+    print(probing.format_header(result))
+    print()
+    print(probing.format_table(result))
+    print()
+    print(probing.format_bars(result))
+    if result.examples:
+        print()
+        print(probing.format_examples(result))
+    if args.json:
+        probing.save_json(result, args.json)
+        print(f"\nwrote {args.json}")
+    if args.plot:
+        probing.save_plot({name: result}, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,299 @@
+"""duplicate.py / minibert.duplication: deeper models by duplicating layers (Kao et al. 2020)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from minibert import duplication
+from minibert.checkpoints import load_pretrained
+from minibert.cli import run
+from minibert.errors import MiniBertError
+from tiny_models import save_tiny_model
+
+transformers = pytest.importorskip("transformers", reason="transformers is the test-only reference implementation")
+
+REPO = Path(__file__).resolve().parent.parent
+TOLERANCE = 1e-5
+
+
+def batch(vocab_size, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (3, 10), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 6:] = 0
+    attention_mask[2, 3:] = 0
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, 5:] = 1
+    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+
+def run_model(model, inputs):
+    with torch.no_grad():
+        return model(inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                     token_type_ids=inputs["token_type_ids"])
+
+
+def attention_bias(attention_mask):
+    return (1.0 - attention_mask[:, None, None, :].float()) * -10000.0
+
+
+def assert_close(a, b, what):
+    """1e-5, relative to the largest value when that exceeds 1 (the tiny models'
+    unit-scale embeddings give MLM logits up to ~50, where float32 rounding
+    alone is ~1e-5)."""
+    diff = (a - b).abs().max().item()
+    allowed = TOLERANCE * max(1.0, b.abs().max().item())
+    assert diff <= allowed, f"{what}: max abs diff {diff:.2e} > {allowed:.2e}"
+
+
+def assert_same_tensors(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        assert torch.equal(sa[name], sb[name]), name
+
+
+@pytest.fixture
+def bert(tmp_path):
+    save_tiny_model(tmp_path / "bert", num_hidden_layers=4)
+    return load_pretrained(tmp_path / "bert")
+
+
+# ----------------------------------------------------------------------------
+# Orders
+# ----------------------------------------------------------------------------
+
+
+def test_duplicate_order_is_the_papers_scheme():
+    assert duplication.duplicate_order(12, [0, 1, 2]) == [0, 0, 1, 1, 2, 2] + list(range(3, 12))
+    assert duplication.duplicate_order(4, [3, 1]) == [0, 1, 1, 2, 3, 3]
+    assert duplication.duplicate_order(3, [1, 1]) == [0, 1, 1, 1, 2]        # listed twice: two copies
+    assert duplication.parse_indices(" 0, 2 ,5", "--order") == [0, 2, 5]
+
+
+# ----------------------------------------------------------------------------
+# Untied (the paper's scheme)
+# ----------------------------------------------------------------------------
+
+
+def test_untied_duplication_puts_a_deep_copy_of_the_right_layer_at_each_depth(bert):
+    order = [0, 0, 1, 2, 2, 3]
+    deeper = duplication.deepen_bert(bert, order)
+    assert deeper.config.num_hidden_layers == 6 and deeper.config.layer_order is None
+    assert len(deeper.encoder.layers) == 6
+    for depth, source in enumerate(order):
+        assert_same_tensors(deeper.encoder.layers[depth], bert.encoder.layers[source])
+        ours = {p.data_ptr() for p in deeper.encoder.layers[depth].parameters()}
+        assert not ours & {p.data_ptr() for p in bert.parameters()}, "copies must own their storage"
+    assert deeper.encoder.layers[0].attention.query.weight.data_ptr() != \
+        deeper.encoder.layers[1].attention.query.weight.data_ptr()
+    for name in ("embeddings", "pooler", "mlm_head", "nsp_head"):
+        assert_same_tensors(getattr(deeper, name), getattr(bert, name))
+
+
+def test_the_copy_applies_the_original_layer_again(bert):
+    deeper = duplication.deepen_bert(bert, [0, 0, 1, 2, 2, 3])
+    inputs = batch(bert.config.vocab_size)
+    original, states = run_model(bert, inputs).hidden_states, run_model(deeper, inputs).hidden_states
+    real = inputs["attention_mask"].bool()
+    bias = attention_bias(inputs["attention_mask"])
+    assert len(states) == 7
+    assert_close(states[1][real], original[1][real], "after layer 0")
+    with torch.no_grad():
+        again = bert.encoder.layers[0](states[1], bias)         # layer 0 applied to its own output
+        again_2 = bert.encoder.layers[2](states[4], bias)
+    assert_close(states[2][real], again[real], "copy of layer 0")
+    assert_close(states[5][real], again_2[real], "copy of layer 2")
+
+
+def test_untied_folder_loads_in_transformers_with_equal_outputs(bert, tmp_path):
+    deeper = duplication.deepen_bert(bert, [0, 0, 1, 1, 2, 3])
+    duplication.write_model(deeper, tmp_path / "out", source_dir=bert.source_dir)
+    assert {"config.json", "model.safetensors", "vocab.txt"} <= {p.name for p in (tmp_path / "out").iterdir()}
+    compare_with_transformers(tmp_path / "out", deeper, transformers.BertForPreTraining)
+    reloaded = load_pretrained(tmp_path / "out")
+    assert reloaded.config.num_hidden_layers == 6 and len(reloaded.encoder.layers) == 6
+
+
+def compare_with_transformers(folder, ours, hf_class):
+    hf = hf_class.from_pretrained(folder).eval()
+    inputs = batch(ours.config.vocab_size)
+    mine = run_model(ours, inputs)
+    with torch.no_grad():
+        theirs = hf(**inputs, output_hidden_states=True)
+    real = inputs["attention_mask"].bool()
+    assert len(theirs.hidden_states) == len(mine.hidden_states)
+    for depth, (a, b) in enumerate(zip(mine.hidden_states, theirs.hidden_states)):
+        assert_close(a[real], b[real], f"hidden state {depth}")
+    assert_close(mine.mlm_logits[real], theirs.prediction_logits[real], "MLM logits")
+    nsp = theirs.sop_logits if hasattr(theirs, "sop_logits") else theirs.seq_relationship_logits
+    assert_close(mine.nsp_logits, nsp, "NSP/SOP logits")
+
+
+# ----------------------------------------------------------------------------
+# Tied (ablation)
+# ----------------------------------------------------------------------------
+
+
+def modules_run(model, inputs):
+    """The layer modules the encoder actually calls, depth by depth (forward hooks)."""
+    ran = []
+    hooks = [layer.register_forward_hook(lambda module, args, output: ran.append(module))
+             for layer in model.encoder.layers]
+    run_model(model, inputs)
+    for hook in hooks:
+        hook.remove()
+    return ran
+
+
+def test_tied_duplication_shares_modules_and_round_trips(bert, tmp_path):
+    deeper = duplication.deepen_bert(bert, [0, 0, 1, 1, 2, 3], tied=True)
+    assert deeper.config.layer_order == [0, 0, 1, 1, 2, 3] and len(deeper.encoder.layers) == 4
+    for distinct in range(4):
+        assert_same_tensors(deeper.encoder.layers[distinct], bert.encoder.layers[distinct])
+    inputs = batch(bert.config.vocab_size)
+    ran = modules_run(deeper, inputs)
+    assert ran[0] is ran[1] and ran[2] is ran[3] and len({id(m) for m in ran}) == 4
+    assert ran[0].attention.query.weight.data_ptr() == deeper.encoder.layers[0].attention.query.weight.data_ptr()
+    states = run_model(deeper, inputs).hidden_states
+    with torch.no_grad():
+        again = deeper.encoder.layers[0](states[1], attention_bias(inputs["attention_mask"]))
+    real = inputs["attention_mask"].bool()
+    assert_close(states[2][real], again[real], "tied copy of layer 0")
+
+    duplication.write_model(deeper, tmp_path / "tied", source_dir=bert.source_dir)
+    config = json.loads((tmp_path / "tied" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 6 and config["layer_order"] == [0, 0, 1, 1, 2, 3]
+    reloaded = load_pretrained(tmp_path / "tied")
+    assert reloaded.config.depth_plan() == [0, 0, 1, 1, 2, 3] and len(reloaded.encoder.layers) == 4
+    # Still tied after the round trip: the same module object (so the same storage) runs at two depths.
+    assert modules_run(reloaded, inputs) == [reloaded.encoder.layers[i] for i in (0, 0, 1, 1, 2, 3)]
+    for a, b in zip(run_model(reloaded, inputs).hidden_states, states):
+        assert_close(a[real], b[real], "reloaded tied model")
+    # transformers has no tied layers: it loads every depth as its own copy, same outputs.
+    compare_with_transformers(tmp_path / "tied", deeper, transformers.BertForPreTraining)
+
+
+def test_tied_order_without_repeats_is_a_plain_bert(bert):
+    deeper = duplication.deepen_bert(bert, [2, 0, 3], tied=True)
+    assert deeper.config.layer_order is None and deeper.config.num_hidden_layers == 3
+    assert_same_tensors(deeper.encoder.layers[0], bert.encoder.layers[2])
+
+
+def test_duplicating_a_tied_model_uses_its_depths(bert):
+    tied = duplication.deepen_bert(bert, [0, 0, 1], tied=True)          # depths run layers 0, 0, 1
+    untied = duplication.deepen_bert(tied, [1, 2, 2])                    # depth 1 = layer 0, depth 2 = layer 1
+    assert_same_tensors(untied.encoder.layers[0], bert.encoder.layers[0])
+    assert_same_tensors(untied.encoder.layers[2], bert.encoder.layers[1])
+
+
+# ----------------------------------------------------------------------------
+# ALBERT: run the shared group more times
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("groups,layers,k", [(1, 3, 2), (2, 4, 2)])
+def test_albert_repeat_adds_depth_and_transformers_agrees(tmp_path, groups, layers, k):
+    save_tiny_model(tmp_path / "albert", model_type="albert", num_hidden_layers=layers, num_hidden_groups=groups)
+    albert = load_pretrained(tmp_path / "albert")
+    deeper = duplication.repeat_albert(albert, k)
+    assert deeper.config.num_hidden_layers == layers + k and len(deeper.encoder.layers) == groups
+    assert_same_tensors(deeper, albert)
+    inputs = batch(albert.config.vocab_size)
+    assert len(run_model(deeper, inputs).hidden_states) == layers + k + 1
+    duplication.write_model(deeper, tmp_path / "out", source_dir=albert.source_dir)
+    compare_with_transformers(tmp_path / "out", deeper, transformers.AlbertForPreTraining)
+
+
+# ----------------------------------------------------------------------------
+# Bad input
+# ----------------------------------------------------------------------------
+
+
+def test_bad_input_raises(bert, tmp_path):
+    save_tiny_model(tmp_path / "albert2", model_type="albert", num_hidden_layers=4, num_hidden_groups=2)
+    albert2 = load_pretrained(tmp_path / "albert2")
+    cases = [
+        (lambda: duplication.duplicate_order(4, [4]), "index 4 is out of range.*0..3"),
+        (lambda: duplication.deepen_bert(bert, [0, -1]), "index -1 is out of range"),
+        (lambda: duplication.deepen_bert(bert, []), "empty"),
+        (lambda: duplication.parse_indices("", "--order"), "--order: empty"),
+        (lambda: duplication.parse_indices("1,x", "--duplicate"), "--duplicate '1,x'"),
+        (lambda: duplication.deepen_bert(albert2, [0, 0]), "ALBERT.*--repeat"),
+        (lambda: duplication.repeat_albert(bert, 2), "BERT.*--duplicate"),
+        (lambda: duplication.repeat_albert(albert2, 0), "--repeat 0"),
+        (lambda: duplication.repeat_albert(albert2, 1), "multiples of 2"),
+        (lambda: duplication.check_output_dir(tmp_path), "not empty.*--force"),
+    ]
+    for call, message in cases:
+        with pytest.raises(MiniBertError, match=message):
+            call()
+    duplication.check_output_dir(tmp_path, force=True)
+    duplication.check_output_dir(tmp_path / "new")
+
+
+# ----------------------------------------------------------------------------
+# The script
+# ----------------------------------------------------------------------------
+
+
+def run_script(*args):
+    return subprocess.run([sys.executable, str(REPO / "duplicate.py"), *map(str, args)], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+
+
+def run_in_process(capsys, *args):
+    spec = importlib.util.spec_from_file_location("duplicate_script", REPO / "duplicate.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(SystemExit) as exit_info:
+        run(script.main, [str(a) for a in args])
+    return exit_info.value.code, capsys.readouterr()
+
+
+def test_cli_help_a_real_run_and_a_bad_index(tmp_path):
+    help_run = run_script("--help")
+    assert help_run.returncode == 0
+    assert all(flag in help_run.stdout for flag in ("--duplicate", "--order", "--repeat", "--tied", "layer_order"))
+    save_tiny_model(tmp_path / "bert")
+    run_ok = run_script("--model", tmp_path / "bert", "--duplicate", "0,2", "--output", tmp_path / "out", "--probe",
+                        "--max-sentences", 5)
+    assert run_ok.returncode == 0, run_ok.stderr
+    assert "5 layers (from 3), order 0,0,1,2,2" in run_ok.stdout
+    assert "original" in run_ok.stdout and "layer 0 (copy)" in run_ok.stdout
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 5
+    assert json.loads((tmp_path / "out" / "duplication.json").read_text())["order"] == [0, 0, 1, 2, 2]
+    written = load_pretrained(tmp_path / "out")
+    assert duplication.recorded_layers_run(tmp_path / "out", written.config) == [0, 0, 1, 2, 2]  # probe.py's labels
+    bad = run_script("--model", tmp_path / "bert", "--duplicate", "0,7", "--output", tmp_path / "bad")
+    assert bad.returncode == 1
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: --duplicate: layer index 7 is out of range")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_cli_bad_arguments_are_one_line_errors(tmp_path, capsys):
+    save_tiny_model(tmp_path / "bert")
+    save_tiny_model(tmp_path / "albert", model_type="albert")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    out = tmp_path / "out"
+    for args, expected in [
+        (("--model", tmp_path / "bert", "--duplicate", "0", "--order", "0,0", "--output", out), "not allowed with"),
+        (("--model", tmp_path / "bert", "--order", "", "--output", out), "--order: empty"),
+        (("--model", tmp_path / "bert", "--order", "0,3", "--output", out), "index 3 is out of range"),
+        (("--model", tmp_path / "bert", "--repeat", "2", "--output", out), "--repeat: this is a BERT"),
+        (("--model", tmp_path / "albert", "--duplicate", "0", "--output", out), "ALBERT"),
+        (("--model", tmp_path / "albert", "--repeat", "1", "--tied", "--output", out), "--tied"),
+        (("--model", tmp_path / "bert", "--duplicate", "0", "--output", tmp_path / "full"), "--force"),
+        (("--model", tmp_path / "bert", "--duplicate", "0"), "--output"),
+    ]:
+        code, captured = run_in_process(capsys, *args)
+        lines = captured.err.strip().splitlines()
+        assert code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], captured.err
+    code, captured = run_in_process(capsys, "--model", tmp_path / "albert", "--repeat", "2", "--output", out)
+    assert code == 0 and "5 layers (from 3)" in captured.out

@@ -1,0 +1,232 @@
+"""probe.py / minibert.probing: the MLM head applied to every layer (Kao et al. 2020).
+
+The per-layer numbers are checked against an independent computation with
+transformers: its `output_hidden_states` and its own MLM head module, applied
+by hand to each hidden state of the folder minibert wrote."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minibert import probing
+from minibert.checkpoints import load_pretrained
+from minibert.cli import run
+from minibert.errors import MiniBertError
+from minibert.model import BertModel, MaskedLMHead
+from minibert.tokenization import load_tokenizer
+from tiny_models import SENTENCES, save_tiny_model, tiny_config, write_vocab
+
+transformers = pytest.importorskip("transformers", reason="transformers is the test-only reference implementation")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def reference_scores(folder, batch, cls_id, sep_id, model_type):
+    """Top-1, top-5 and mean cross-entropy per layer, computed with transformers
+    from one padded batch (the tokenizer has tests of its own)."""
+    if model_type == "albert":
+        hf = transformers.AlbertForMaskedLM.from_pretrained(folder).eval()
+        head = hf.predictions
+    else:
+        hf = transformers.BertForMaskedLM.from_pretrained(folder).eval()
+        head = hf.cls.predictions
+    with torch.no_grad():
+        states = hf(**batch, output_hidden_states=True).hidden_states
+    ids = batch["input_ids"]
+    real = batch["attention_mask"].bool() & (ids != cls_id) & (ids != sep_id)
+    targets = ids[real]
+    scores = []
+    for h in states:
+        with torch.no_grad():
+            logits = head(h)[real]
+        top5 = logits.topk(5, dim=-1).indices
+        scores.append(dict(top1=(top5[:, 0] == targets).sum().item() / len(targets),
+                           top5=(top5 == targets[:, None]).any(-1).sum().item() / len(targets),
+                           cross_entropy=F.cross_entropy(logits, targets).item(), tokens=len(targets)))
+    return scores
+
+
+@pytest.mark.parametrize("model_type,overrides", [("bert", {}), ("albert", dict(num_hidden_layers=4))])
+def test_every_layer_scores_equal_an_independent_transformers_computation(tmp_path, model_type, overrides):
+    ours_model = save_tiny_model(tmp_path, model_type=model_type, **overrides)
+    model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
+    result = probing.probe_model(model, tokenizer, SENTENCES, batch_size=5)   # batches of 5, 5, 2: padding varies
+    batch = tokenizer.batch_encode(SENTENCES)                                # one batch, padded to the longest
+    expected = reference_scores(tmp_path, batch, tokenizer.cls_id, tokenizer.sep_id, model_type)
+
+    assert len(result.layers) == len(expected) == ours_model.config.num_hidden_layers + 1
+    for ours, theirs in zip(result.layers, expected):
+        assert ours.tokens == theirs["tokens"]
+        assert ours.top1 == pytest.approx(theirs["top1"], abs=1e-9), f"layer {ours.layer} top-1"
+        assert ours.top5 == pytest.approx(theirs["top5"], abs=1e-9), f"layer {ours.layer} top-5"
+        assert ours.cross_entropy == pytest.approx(theirs["cross_entropy"], rel=1e-4, abs=1e-5)
+    # Non-trivial numbers: the tiny model is built so the input is recoverable early and lost later.
+    top1 = [r.top1 for r in result.layers]
+    assert max(top1) > 0.5 and min(top1) < max(top1) - 0.2
+    assert result.layers[0].description.startswith("embeddings")
+
+
+def test_specials_and_padding_are_excluded_and_batching_does_not_matter(tmp_path):
+    save_tiny_model(tmp_path)
+    model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
+    one = probing.probe_model(model, tokenizer, SENTENCES, batch_size=1)
+    many = probing.probe_model(model, tokenizer, SENTENCES, batch_size=7)
+    words = sum(len(tokenizer.tokenize(s)) for s in SENTENCES)
+    assert one.tokens == many.tokens == words
+    for a, b in zip(one.layers, many.layers):
+        assert a.top1 == b.top1 and a.top5 == b.top5
+        assert a.cross_entropy == pytest.approx(b.cross_entropy, rel=1e-5)
+
+
+def test_masked_context_scores_masked_positions_and_is_reproducible(tmp_path):
+    save_tiny_model(tmp_path)
+    model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
+    a = probing.probe_model(model, tokenizer, SENTENCES, batch_size=3, mask_prob=0.3, seed=5).masked
+    b = probing.probe_model(model, tokenizer, SENTENCES, batch_size=12, mask_prob=0.3, seed=5).masked
+    assert a == pytest.approx(b)                       # the draw does not depend on the batch size
+    words = sum(len(tokenizer.tokenize(s)) for s in SENTENCES)
+    assert 0.1 * words < a["tokens"] < 0.5 * words
+    every = probing.probe_model(model, tokenizer, SENTENCES, mask_prob=1.0).masked
+    assert every["tokens"] == words
+
+
+def test_duplicated_and_tied_models_get_one_row_per_executed_layer(tmp_path):
+    from minibert.duplication import deepen_bert
+    model = save_tiny_model(tmp_path)
+    tokenizer = load_tokenizer(tmp_path)
+    tied = deepen_bert(model, [0, 0, 1, 2, 2], tied=True)
+    result = probing.probe_model(tied, tokenizer, SENTENCES)
+    assert [r.description for r in result.layers] == [
+        "embeddings", "layer 0", "layer 0 (copy)", "layer 1", "layer 2", "layer 2 (copy)"]
+    original = probing.probe_model(model, tokenizer, SENTENCES)
+    assert result.layers[1].top1 == original.layers[1].top1   # same prefix, same numbers
+
+
+def test_a_model_without_mlm_head_needs_fit_head(tmp_path):
+    save_tiny_model(tmp_path, with_mlm_head=False, with_nsp_head=False)
+    model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
+    assert model.mlm_head is None
+    with pytest.raises(MiniBertError, match="no MLM head.*--fit-head"):
+        probing.probe_model(model, tokenizer, SENTENCES)
+
+
+def test_fitted_head_beats_an_untrained_one_on_the_last_layer(tmp_path):
+    save_tiny_model(tmp_path, with_mlm_head=False, with_nsp_head=False, layer_scale=0.05)
+    model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
+    frozen = {name: p.clone() for name, p in model.state_dict().items()}
+    head, loss = probing.fit_mlm_head(model, tokenizer, SENTENCES, steps=60, lr=1e-2, batch_size=64, progress=False)
+    assert all(torch.equal(frozen[name], p) for name, p in model.state_dict().items()), "the encoder must stay frozen"
+
+    torch.manual_seed(0)
+    untrained = MaskedLMHead(model.config)
+    untrained.apply(model.init_weights)
+    before = probing.probe_model(model, tokenizer, SENTENCES, mlm_head=untrained.eval()).layers[-1].top1
+    after = probing.probe_model(model, tokenizer, SENTENCES, mlm_head=head).layers[-1]
+    assert after.top1 > before + 0.3, (before, after.top1)
+    assert len(probing.probe_model(model, tokenizer, SENTENCES, mlm_head=head).layers) == 4
+
+
+def test_outputs_table_bars_examples_json_and_plot(tmp_path):
+    save_tiny_model(tmp_path / "m")
+    model, tokenizer = load_pretrained(tmp_path / "m"), load_tokenizer(tmp_path / "m")
+    result = probing.probe_model(model, tokenizer, SENTENCES, show=2, mask_prob=0.2)
+    assert len(result.examples) == 2
+    assert result.examples[0]["input"] == "the cat sat on the mat."
+    assert len(result.examples[0]["layers"]) == 4
+    assert result.examples[0]["layers"][0].split()[:2] == ["the", "cat"]    # layer 0 reads the input back
+    table = probing.format_table(result).splitlines()
+    assert len(table) == 2 + 4 + 1 and "masked LM" in table[-1]
+    bars = probing.format_bars(result).splitlines()
+    assert len(bars) == 1 + 4 and all(line.count("|") == 2 for line in bars[1:])
+    probing.save_json(result, tmp_path / "probe.json")
+    values = json.loads((tmp_path / "probe.json").read_text())
+    assert [layer["layer"] for layer in values["layers"]] == [0, 1, 2, 3] and values["masked"]["mask_prob"] == 0.2
+    pytest.importorskip("matplotlib")
+    probing.save_plot({"tiny": result}, tmp_path / "probe.png")
+    assert (tmp_path / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_sentence_files_raise(tmp_path):
+    with pytest.raises(MiniBertError, match="missing.txt: file not found"):
+        probing.read_sentences(tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    with pytest.raises(MiniBertError, match="no sentences"):
+        probing.read_sentences(tmp_path / "empty.txt")
+    with pytest.raises(MiniBertError, match="--max-sentences"):
+        probing.read_sentences(None, max_sentences=0)
+
+
+def test_the_shipped_sentences_are_many_and_varied():
+    sentences = probing.read_sentences()
+    assert len(sentences) >= 100 and len(set(sentences)) == len(sentences)
+    assert any(any(c.isdigit() for c in s) for s in sentences) and any("?" in s for s in sentences)
+
+
+def test_a_bundled_size_model_probes_the_shipped_sentences_quickly(tmp_path):
+    """Speed budget: 4 layers, H 256, vocab 12k, every shipped sentence, < 30 s on 2 cores."""
+    sentences = probing.read_sentences()
+    V = write_vocab(tmp_path, sentences, size=12000)
+    model = BertModel(tiny_config(V, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                                  intermediate_size=1024, max_position_embeddings=512)).eval()
+    tokenizer = load_tokenizer(tmp_path)
+    start = time.perf_counter()
+    result = probing.probe_model(model, tokenizer, sentences)
+    elapsed = time.perf_counter() - start
+    assert len(result.layers) == 5 and result.sentences == len(sentences)
+    assert elapsed < 30, f"probing took {elapsed:.1f} s"
+
+
+# ----------------------------------------------------------------------------
+# The script
+# ----------------------------------------------------------------------------
+
+
+def run_script(*args):
+    return subprocess.run([sys.executable, str(REPO / "probe.py"), *map(str, args)], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+
+
+def run_in_process(capsys, *args):
+    """probe.py's main through the same error handling, without a new interpreter (torch imports in ~2 s)."""
+    spec = importlib.util.spec_from_file_location("probe_script", REPO / "probe.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(SystemExit) as exit_info:
+        run(script.main, [str(a) for a in args])
+    return exit_info.value.code, capsys.readouterr()
+
+
+def test_cli_help_and_a_real_run_fitting_a_head(tmp_path):
+    help_run = run_script("--help")
+    assert help_run.returncode == 0 and "--fit-head" in help_run.stdout and "--mask-prob" in help_run.stdout
+    save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_nsp_head=False, layer_scale=0.05)
+    (tmp_path / "s.txt").write_text("\n".join(SENTENCES) + "\n")
+    run = run_script("--model", tmp_path / "bare", "--text", tmp_path / "s.txt", "--max-sentences", 4,
+                     "--fit-head", tmp_path / "s.txt", "--fit-steps", 20, "--fit-lr", 0.01, "--fit-batch-size", 32,
+                     "--show", 1, "--mask-prob", 0.2, "--json", tmp_path / "out.json")
+    assert run.returncode == 0, run.stderr
+    assert "MLM head: fitted on" in run.stdout and "4 sentences" in run.stdout and "example 1:" in run.stdout
+    assert len(json.loads((tmp_path / "out.json").read_text())["layers"]) == 4
+
+
+def test_cli_errors_are_one_line_and_exit_1(tmp_path, capsys):
+    save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_nsp_head=False)
+    run = run_script("--model", tmp_path / "bare")
+    assert run.returncode == 1
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: ") and "no MLM head" in run.stderr
+    for args, expected in [(("--model", tmp_path / "bare", "--mask-prob", "1.5"), "--mask-prob 1.5"),
+                           (("--model", tmp_path / "bare", "--batch-size", "0"), "--batch-size 0"),
+                           (("--model", tmp_path / "bare", "--fit-head", tmp_path / "none.txt"), "none.txt"),
+                           (("--model", tmp_path / "nowhere"), "nowhere"),
+                           (("--text", tmp_path / "none.txt"), "none.txt: file not found"),
+                           (("--no-such-flag",), "unrecognized arguments")]:
+        code, captured = run_in_process(capsys, *args)
+        lines = captured.err.strip().splitlines()
+        assert code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], captured.err

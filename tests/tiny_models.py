@@ -1,0 +1,92 @@
+"""Tiny random models in Hugging Face layout with a tiny WordPiece vocab, for
+tests that need a model folder but no shared data and no network."""
+
+import re
+
+import torch
+
+from minibert.checkpoints import save_pretrained
+from minibert.model import BertConfig, BertModel
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+SENTENCES = [
+    "the cat sat on the mat .",
+    "a dog ran in the park with a red ball .",
+    "my sister reads a book every night .",
+    "the old man walked to the river slowly .",
+    "we ate bread and cheese for lunch .",
+    "the sun is warm and the sky is blue .",
+    "he found a key under the green door .",
+    "birds sing in the tall tree every morning .",
+    "the train left the station at noon .",
+    "she wrote a letter to her friend in paris .",
+    "children play in the snow after school .",
+    "the river runs past the small village .",
+]
+
+
+def words_of(sentences):
+    """Lower-cased words and punctuation, in order of first appearance."""
+    seen = dict.fromkeys(t for s in sentences for t in re.findall(r"\w+|[^\w\s]", s.lower()))
+    return list(seen)
+
+
+def write_vocab(folder, sentences=SENTENCES, size=None):
+    """vocab.txt: specials, the sentences' words, single characters and their
+    ## continuations (so every word tokenizes), then filler up to `size`."""
+    tokens = list(SPECIALS) + words_of(sentences)
+    characters = sorted({c for s in sentences for c in s.lower() if not c.isspace()})
+    tokens += [c for c in characters if c not in tokens] + [f"##{c}" for c in characters]
+    if size is not None:
+        tokens += [f"[unused{i}]" for i in range(size - len(tokens))]
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return len(tokens)
+
+
+def tiny_config(vocab_size, model_type="bert", **overrides):
+    values = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                  intermediate_size=37, max_position_embeddings=64, model_type=model_type)
+    if model_type == "albert":
+        values.update(embedding_size=16, num_hidden_groups=1, hidden_act="gelu_new", num_hidden_layers=3)
+    values.update(overrides)
+    return BertConfig(**values)
+
+
+def make_readable(model, seed=0, layer_scale=0.15):
+    """Random weights that make the input *recoverable*, so probe accuracies
+    are far from zero and differ by layer: large word embeddings, small
+    position and segment embeddings, an MLM head that starts from the
+    identity map, and layers that perturb the residual stream a little more
+    at each depth."""
+    generator = torch.Generator().manual_seed(seed)
+    randn = lambda *shape: torch.randn(*shape, generator=generator)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layer_norm.weight" in name:
+                p.copy_(1.0 + 0.1 * randn(p.shape))
+            elif name.startswith("encoder.layers."):
+                depth = int(name.split(".")[2]) + 1
+                p.copy_(layer_scale * depth * randn(p.shape))
+            else:
+                p.copy_(0.1 * randn(p.shape))
+        model.embeddings.word_embeddings.weight.copy_(randn(model.embeddings.word_embeddings.weight.shape))
+        if model.embeddings.projection is not None:   # ALBERT: E -> H, start from the identity too
+            H, E = model.embeddings.projection.weight.shape
+            model.embeddings.projection.weight.copy_(torch.eye(H, E) + 0.05 * randn(H, E))
+        if model.mlm_head is not None:
+            E, H = model.mlm_head.dense.weight.shape
+            model.mlm_head.dense.weight.copy_(3.0 * torch.eye(E, H) + 0.05 * randn(E, H))
+    return model
+
+
+def save_tiny_model(folder, model_type="bert", sentences=SENTENCES, seed=0, vocab_size=None, layer_scale=0.15,
+                    with_pooler=True, with_mlm_head=True, with_nsp_head=True, **overrides):
+    """Write vocab.txt + a readable random model to `folder`; return the model."""
+    folder.mkdir(parents=True, exist_ok=True)
+    V = write_vocab(folder, sentences, vocab_size)
+    model = BertModel(tiny_config(V, model_type, **overrides), with_pooler=with_pooler,
+                      with_mlm_head=with_mlm_head, with_nsp_head=with_nsp_head)
+    make_readable(model, seed, layer_scale).eval()
+    save_pretrained(model, folder)
+    return model
