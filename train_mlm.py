@@ -1,8 +1,8 @@
-"""Pretrain a BERT or ALBERT with masked-LM from raw text files.
+r"""Pretrain a BERT or ALBERT with masked-LM from raw text files.
 
-    python train_mlm.py --corpus ../shared/data/corpus --heldout pg11_ pg84_ \
-        --vocab-size 12000 --layers 4 --hidden 256 --heads 4 --intermediate 1024 \
-        --steps 20000 --output runs/small
+    python train_mlm.py --corpus ../shared/data/corpus --heldout pg11_ pg84_ pg1661_ \
+        --vocab-size 12000 --layers 6 --hidden 256 --heads 4 --intermediate 1024 \
+        --batch-size 256 --lr 1e-3 --steps 20000 --output runs/gutenberg
 
 Distributed over 2 processes (gloo on CPU, NCCL on GPUs):
 
@@ -12,15 +12,12 @@ The result is a Hugging Face folder (config.json, model.safetensors,
 vocab.txt) that minibert.load_pretrained and transformers both read.
 """
 
-import argparse
-import json
-import sys
-
+from minibert.cli import ArgumentParser, HelpFormatter, run
 from minibert.errors import MiniBertError
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     data = p.add_argument_group("data")
     data.add_argument("--corpus", nargs="+", required=True,
                       help="text files or folders of *.txt files: one paragraph per line, documents separated by files "
@@ -131,8 +128,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except MiniBertError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    run(main)

@@ -187,3 +187,22 @@ def test_train_mlm_reports_bad_input_in_one_line(tmp_path):
         assert result.returncode == 1
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:") and phrase in lines[0], result.stderr
+
+
+SHARED_CORPUS = REPO.parent / "shared" / "data" / "corpus"
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not SHARED_CORPUS.is_dir(), reason="needs ../shared/data/corpus (the Gutenberg books), absent here")
+def test_bundled_model_predicts_masked_tokens_of_a_held_out_book(tmp_path):
+    """Alice in Wonderland was held out of the bundled model's training: its
+    masked-token accuracy there should be near the model card's 52.6%."""
+    from minibert.checkpoints import load_pretrained
+    from minibert.pretraining import corpus_batches, evaluate_mlm
+    from minibert.tokenization import load_tokenizer
+    tokenizer = load_tokenizer()
+    batches = corpus_batches([SHARED_CORPUS / "pg11_alice_in_wonderland.txt"], tokenizer, tmp_path, 128, 32,
+                             seed=1, pair_objective="none", mask_prob=0.15, whole_word=False, progress=False)
+    metrics = evaluate_mlm(load_pretrained(), batches, num_batches=4, device="cpu")
+    assert metrics["masked_tokens"] > 500
+    assert 0.40 < metrics["masked_accuracy"] < 0.70

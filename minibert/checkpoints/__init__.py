@@ -67,11 +67,7 @@ def load_google_folder(folder, config_file):
 
 
 def google_config_to_ours(config_file):
-    with open(config_file, encoding="utf-8") as f:
-        try:
-            values = json.load(f)
-        except ValueError as e:
-            raise MiniBertError(f"{config_file}: not valid JSON ({e})") from None
+    values = read_json(config_file)
     if config_file.name == "albert_config.json":
         values["model_type"] = "albert"
         values.setdefault("embedding_size", 128)
@@ -81,7 +77,15 @@ def google_config_to_ours(config_file):
             values["hidden_act"] = "gelu_new"
     else:
         values["model_type"] = "bert"
-    return BertConfig.from_dict(values)
+    return config_from_dict(values, config_file)
+
+
+def config_from_dict(values, config_file):
+    """BertConfig.from_dict, with the config file named in any error."""
+    try:
+        return BertConfig.from_dict(values)
+    except MiniBertError as e:
+        raise MiniBertError(f"{config_file}: {e}") from None
 
 
 def load_huggingface_folder(folder):
@@ -107,12 +111,12 @@ def load_huggingface_folder(folder):
             raise MiniBertError(f"{config_file}: layer_order = {order!r}; expected a list of layer indices "
                                 f"that uses every index from 0 to its maximum")
         values.setdefault("num_hidden_groups", max(order) + 1)
-    config = BertConfig.from_dict(values)
+    config = config_from_dict(values, config_file)
     weights = folder / "model.safetensors"
     raw = load_safetensors(weights) if weights.is_file() else load_torch_bin(folder / "pytorch_model.bin")
     if not weights.is_file():
         weights = folder / "pytorch_model.bin"
-    tensors, skipped = normalize_hf_names(raw)
+    tensors, skipped = normalize_hf_names(raw, model_type)
     return build_and_fill(config, tensors, skipped, "huggingface", source=str(weights))
 
 
@@ -185,23 +189,11 @@ def huggingface_config(model):
         head = "ForMaskedLM"
     else:
         head = "Model"
-    values = {
-        "architectures": [("Albert" if albert else "Bert") + head],
-        "model_type": config.model_type,
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_hidden_layers,
-        "num_attention_heads": config.num_attention_heads,
-        "intermediate_size": config.intermediate_size,
-        "hidden_act": config.hidden_act,
-        "hidden_dropout_prob": config.hidden_dropout_prob,
-        "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
-        "max_position_embeddings": config.max_position_embeddings,
-        "type_vocab_size": config.type_vocab_size,
-        "initializer_range": config.initializer_range,
-        "layer_norm_eps": config.layer_norm_eps,
-        "pad_token_id": config.pad_token_id,
-    }
+    # BertConfig's field names are transformers' names; the ALBERT-only and
+    # minibert-only fields are written below when they apply.
+    minibert_only = ("model_type", "embedding_size", "num_hidden_groups", "inner_group_num", "layer_order")
+    values = {"architectures": [("Albert" if albert else "Bert") + head], "model_type": config.model_type,
+              **{k: v for k, v in config.to_dict().items() if k not in minibert_only}}
     if albert:
         values.update(embedding_size=config.embedding_dim, num_hidden_groups=config.num_groups,
                       inner_group_num=config.inner_group_num)
