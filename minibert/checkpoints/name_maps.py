@@ -143,9 +143,12 @@ TF_SKIP_SUFFIXES = ("/adam_m", "/adam_v")
 TF_SKIP_NAMES = ("global_step",)
 TF_SKIP_PARTS = ("AdamWeightDecayOptimizer", "LAMB")
 
-# Hugging Face: buffers and tied duplicates.
-HF_SKIP_SUFFIXES = ("position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
-                    "predictions.decoder.weight", "predictions.decoder.bias")
+# Hugging Face: buffers and tied duplicates, with the reason each is skipped.
+HF_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+HF_TIED = {"cls.predictions.decoder.weight": "tied to the word embeddings",
+           "predictions.decoder.weight": "tied to the word embeddings",
+           "cls.predictions.decoder.bias": "same tensor as cls.predictions.bias",
+           "predictions.decoder.bias": "same tensor as predictions.bias"}
 
 
 def normalize_tf_names(tensors):
@@ -161,24 +164,36 @@ def normalize_tf_names(tensors):
     return kept, skipped
 
 
-def normalize_hf_names(tensors):
+def normalize_hf_names(tensors, model_type="bert"):
     """Undo the spellings that differ between Hugging Face files:
     old `LayerNorm.gamma/beta`; `module.` (DistributedDataParallel) and
-    `_orig_mod.` (torch.compile) prefixes; `BertModel` files saved without the
-    `bert.` prefix. Drop buffers and tied duplicates. Returns (tensors, skipped)."""
-    kept, skipped = {}, []
-    for name, value in tensors.items():
-        for prefix in ("module.", "_orig_mod."):
-            if name.startswith(prefix):
-                name = name[len(prefix):]
-        if name.endswith(HF_SKIP_SUFFIXES):
-            reason = "buffer" if name.endswith("position_ids") else "tied to the word embeddings"
-            skipped.append((name, reason))
-            continue
+    `_orig_mod.` (torch.compile) prefixes, in any order; `BertModel` /
+    `AlbertModel` files (e.g. sentence-transformers models) saved without the
+    `bert.` / `albert.` prefix. Drop buffers and tied duplicates. Returns
+    (tensors, skipped)."""
+    base_prefix = "albert." if model_type == "albert" else "bert."
+    kept, skipped, tied = {}, [], {}
+    for original, value in tensors.items():
+        name = original
+        while name.startswith(("module.", "_orig_mod.")):
+            name = name.split(".", 1)[1]
         name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
         if name.startswith(("embeddings.", "encoder.", "pooler.")):
-            name = "bert." + name  # a BertModel file; ALBERT files always carry `albert.`
-        kept[name] = value
+            name = base_prefix + name  # a BertModel / AlbertModel file, saved without its prefix
+        if name.endswith(HF_BUFFERS):
+            skipped.append((original, "buffer, not a weight"))
+        elif name in HF_TIED:
+            skipped.append((original, HF_TIED[name]))
+            tied[name] = original, value
+        else:
+            kept[name] = value
+    # A file that kept only the decoder's name for the shared MLM bias (tools
+    # that drop one name of each shared tensor may keep either): use that.
+    for bias in ("cls.predictions.bias", "predictions.bias"):
+        alias = bias.replace(".bias", ".decoder.bias")
+        if bias not in kept and alias in tied:
+            original, kept[bias] = tied[alias]
+            skipped = [(n, r) for n, r in skipped if n != original]
     return kept, skipped
 
 
@@ -222,18 +237,28 @@ class LoadReport:
             lines += [f"    {title}: {item}" for item in items]
         return "\n".join(lines)
 
-    def raise_if_bad(self):
+    def raise_if_bad(self, show=5):
+        """One-line MiniBertError naming the file and (up to `show` of) each
+        kind of problem: missing and unexpected tensors, and mis-shaped ones
+        with both shapes."""
         if self.ok:
             return
+
+        def listing(items, separator=", "):
+            more = f"{separator}... {len(items) - show} more" if len(items) > show else ""
+            return separator.join(items[:show]) + more
+
         problems = []
         if self.missing:
-            problems.append(f"missing {len(self.missing)} tensors (e.g. {self.missing[0]})")
+            problems.append(f"{len(self.missing)} missing tensors ({listing(self.missing)})")
         if self.unexpected:
-            problems.append(f"{len(self.unexpected)} unexpected tensors (e.g. {self.unexpected[0]})")
+            problems.append(f"{len(self.unexpected)} unexpected tensors, which minibert has no place for "
+                            f"({listing(self.unexpected)})")
         if self.shape_mismatches:
-            name, want, got = self.shape_mismatches[0]
-            problems.append(f"{len(self.shape_mismatches)} shape mismatches (e.g. {name}: config says {want}, file has {got})")
-        raise MiniBertError(f"{self.source}: " + "; ".join(problems))
+            shapes = [f"{name}: config says {list(want)}, file has {list(got)}"
+                      for name, want, got in self.shape_mismatches]
+            problems.append(f"{len(shapes)} shape mismatches ({listing(shapes, separator='; ')})")
+        raise MiniBertError(f"{self.source}: " + " | ".join(problems))
 
 
 def print_name_map(config, file=sys.stdout):
