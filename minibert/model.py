@@ -131,9 +131,13 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 fail(name, "a positive integer")
+        for name in ("embedding_size", "num_hidden_groups"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                fail(name, "a positive integer (or absent)")
         if self.hidden_size % self.num_attention_heads:
             fail("hidden_size", f"a multiple of num_attention_heads ({self.num_attention_heads})")
-        if self.hidden_act not in ACTIVATIONS:
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in ACTIVATIONS:
             fail("hidden_act", f"one of {sorted(ACTIVATIONS)}")
         if self.model_type not in ("bert", "albert"):
             fail("model_type", "'bert' or 'albert'")

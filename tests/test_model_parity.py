@@ -113,3 +113,11 @@ def test_depth_plans_for_bert_albert_and_duplicated_models():
     assert BertConfig(model_type="albert", num_hidden_layers=4, num_hidden_groups=2).depth_plan() == [0, 0, 1, 1]
     duplicated = BertConfig(num_hidden_layers=5, num_hidden_groups=3, layer_order=[0, 0, 1, 1, 2])
     assert duplicated.depth_plan() == [0, 0, 1, 1, 2]
+
+
+@pytest.mark.parametrize("field,value", [("num_hidden_groups", "2"), ("embedding_size", 0), ("hidden_act", ["gelu"]),
+                                         ("num_attention_heads", 5)])
+def test_bad_config_fields_are_named_in_a_minibert_error(field, value):
+    from minibert.errors import MiniBertError
+    with pytest.raises(MiniBertError, match=f"'{field}'" if field != "num_attention_heads" else "hidden_size"):
+        BertConfig.from_dict({"hidden_size": 32, field: value})
