@@ -120,4 +120,4 @@ def test_depth_plans_for_bert_albert_and_duplicated_models():
 def test_bad_config_fields_are_named_in_a_minibert_error(field, value):
     from minibert.errors import MiniBertError
     with pytest.raises(MiniBertError, match=f"'{field}'" if field != "num_attention_heads" else "hidden_size"):
-        BertConfig.from_dict({"hidden_size": 32, field: value})
+        BertConfig.from_dict({"hidden_size": 48, field: value})
