@@ -299,17 +299,20 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(TransformerLayer(config)
                                     for _ in range(config.num_groups * config.inner_group_num))
 
-    def forward(self, x, attention_bias):
+    def forward(self, x, attention_bias, keep_all=True):
         """Returns the output of every executed layer (not including the input
         x): L outputs, or L * inner_group_num for ALBERT groups of several
-        layers, the order Hugging Face's `output_hidden_states` uses."""
+        layers, the order Hugging Face's `output_hidden_states` uses. With
+        keep_all=False only the last one: each output is then freed as soon as
+        the next layer has read it."""
         outputs = []
         for group in self.depth_plan:
             first = group * self.inner_group_num
             for layer in self.layers[first:first + self.inner_group_num]:
                 x = layer(x, attention_bias)
-                outputs.append(x)
-        return outputs
+                if keep_all:
+                    outputs.append(x)
+        return outputs if keep_all else [x]
 
 
 # ----------------------------------------------------------------------------
@@ -354,7 +357,8 @@ class BertOutput:
 
     hidden_states: L + 1 tensors (B, T, H): the embedding output (after ALBERT's
         projection), then the output of each executed layer; the same order as
-        Hugging Face's `output_hidden_states`.
+        Hugging Face's `output_hidden_states`. Only the last layer's output
+        when the model was called with all_hidden_states=False.
     pooled_output: (B, H) or None when the model has no pooler.
     mlm_logits: (B, T, V), or (N, V) for the N positions in `mlm_positions`;
         None when the model has no MLM head.
@@ -405,12 +409,16 @@ class BertModel(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, mlm_positions=None):
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, mlm_positions=None,
+                all_hidden_states=True):
         """input_ids, attention_mask (1 = real token, 0 = padding) and
         token_type_ids are (B, T) integer tensors. `mlm_positions`, a (B, T)
         boolean tensor, runs the MLM head on those positions only (pretraining
         needs it only where tokens were masked, and the V-wide projection is
-        most of a small model's compute)."""
+        most of a small model's compute). `all_hidden_states=False` keeps only
+        the last layer's output, for inference that needs just the heads or
+        the last layer: L fewer (B, T, H) tensors held, the memory
+        transformers saves with its default output_hidden_states=False."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
@@ -419,7 +427,8 @@ class BertModel(nn.Module):
         # Padding gets -10000 added to its attention scores, so after the
         # softmax no position attends to it (Google's modeling.py).
         attention_bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0  # (B, 1, 1, T)
-        hidden_states = (x, *self.encoder(x, attention_bias))
+        layer_outputs = self.encoder(x, attention_bias, keep_all=all_hidden_states)
+        hidden_states = (x, *layer_outputs) if all_hidden_states else tuple(layer_outputs)
         sequence_output = hidden_states[-1]
 
         output = BertOutput(hidden_states=hidden_states)

@@ -121,3 +121,17 @@ def test_bad_config_fields_are_named_in_a_minibert_error(field, value):
     from minibert.errors import MiniBertError
     with pytest.raises(MiniBertError, match=f"'{field}'" if field != "num_attention_heads" else "hidden_size"):
         BertConfig.from_dict({"hidden_size": 48, field: value})
+
+
+def test_keeping_only_the_last_hidden_state_changes_no_output():
+    config = BertConfig(model_type="albert", vocab_size=60, embedding_size=8, hidden_size=16, num_hidden_layers=4,
+                        num_hidden_groups=2, inner_group_num=2, num_attention_heads=2, intermediate_size=20,
+                        max_position_embeddings=32, hidden_act="gelu_new")
+    model = BertModel(config).eval()
+    input_ids, attention_mask, token_type_ids = random_batch(60)
+    with torch.no_grad():
+        full = model(input_ids, attention_mask, token_type_ids)
+        last_only = model(input_ids, attention_mask, token_type_ids, all_hidden_states=False)
+    assert len(full.hidden_states) == 1 + 4 * 2 and len(last_only.hidden_states) == 1
+    assert torch.equal(full.last_hidden_state, last_only.last_hidden_state)
+    assert torch.equal(full.mlm_logits, last_only.mlm_logits) and torch.equal(full.nsp_logits, last_only.nsp_logits)
