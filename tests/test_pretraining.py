@@ -206,3 +206,14 @@ def test_bundled_model_predicts_masked_tokens_of_a_held_out_book(tmp_path):
     metrics = evaluate_mlm(load_pretrained(), batches, num_batches=4, device="cpu")
     assert metrics["masked_tokens"] > 500
     assert 0.40 < metrics["masked_accuracy"] < 0.70
+
+
+def test_vocab_config_mismatch_and_incompatible_resume_are_clear_errors(corpus_and_tokenizer, tmp_path):
+    from minibert.errors import MiniBertError
+    files, tokenizer = corpus_and_tokenizer
+    wrong_vocab = tiny_config(tokenizer.vocab_size + 1)
+    with pytest.raises(MiniBertError, match="vocab_size"):
+        pretrain(files, tmp_path / "a", wrong_vocab, tokenizer, steps=1, progress=False, device="cpu")
+    run_pretrain(files, tokenizer, tmp_path / "b", steps=2)
+    with pytest.raises(MiniBertError, match="--resume: .*batch_size"):
+        run_pretrain(files, tokenizer, tmp_path / "b", steps=2, batch_size=4, resume=True)
