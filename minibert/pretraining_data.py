@@ -214,9 +214,10 @@ def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, 
         counts = counts.clamp(max=max_predictions)
     scores = torch.rand(B, T, generator=generator)
     if whole_word:
-        # Every piece of a word gets the score of its first piece, so whole
-        # words are taken together; then words are taken in score order until
-        # the count is reached (a word that would overshoot is skipped).
+        # Number the words of each row (a word = a piece and its ## pieces)
+        # and give all pieces of word w the same random score, the one drawn
+        # at index w; then words are taken in score order until the count is
+        # reached (a word that would overshoot is skipped).
         word_index = word_starts.long().cumsum(1) - 1
         scores = scores.gather(1, word_index.clamp(min=0))
     scores = scores.masked_fill(special_mask, float("inf"))
@@ -224,24 +225,20 @@ def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, 
     chosen = torch.zeros(B, T, dtype=torch.bool)
     if whole_word:
         for b in range(B):
-            taken = 0
-            row_word_index = (word_starts[b].long().cumsum(0) - 1).tolist()
-            word_lengths = {}
-            for t in range(T):
-                if real[b, t]:
-                    word_lengths[row_word_index[t]] = word_lengths.get(row_word_index[t], 0) + 1
-            done_words = set()
-            for t in order[b].tolist():
+            taken, seen = 0, set()
+            for t in order[b].tolist():              # positions by score; a word's pieces share one score
                 if not real[b, t]:
-                    break
-                w = row_word_index[t]
-                if w in done_words:
+                    break                            # only specials (score inf) remain
+                word = int(word_index[b, t])
+                if word in seen:
                     continue
-                done_words.add(w)
-                if taken + word_lengths[w] > counts[b]:
-                    continue
-                chosen[b] |= real[b] & (word_index[b] == w)
-                taken += word_lengths[w]
+                seen.add(word)
+                members = real[b] & (word_index[b] == word)
+                size = int(members.sum())
+                if taken + size > counts[b]:
+                    continue                         # this word would overshoot; try a shorter one
+                chosen[b] |= members
+                taken += size
                 if taken >= counts[b]:
                     break
     else:
