@@ -20,6 +20,7 @@ target is left untouched.
 """
 
 import contextlib
+import json
 import os
 import secrets
 from pathlib import Path
@@ -75,3 +76,15 @@ def atomic_write(path, mode="wb"):
             os.unlink(tmp)
         raise
     fsync_folder(path.parent)
+
+
+def read_json_object(path):
+    """A JSON file holding one object (a config), or a MiniBertError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError) as e:  # ValueError covers bad JSON and bad UTF-8
+        raise MiniBertError(f"{path}: cannot read JSON ({e})") from None
+    if not isinstance(values, dict):
+        raise MiniBertError(f"{path}: expected a JSON object")
+    return values

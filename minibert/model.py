@@ -45,6 +45,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minibert.errors import MiniBertError
+from minibert.fileio import read_json_object
 
 # ----------------------------------------------------------------------------
 # Config
@@ -88,14 +89,7 @@ class BertConfig:
 
     @classmethod
     def from_json_file(cls, path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except (OSError, ValueError) as e:
-            raise MiniBertError(f"{path}: cannot read config JSON ({e})") from None
-        if not isinstance(values, dict):
-            raise MiniBertError(f"{path}: expected a JSON object of config fields")
-        return cls.from_dict(values)
+        return cls.from_dict(read_json_object(path))
 
     def to_dict(self):
         return asdict(self)

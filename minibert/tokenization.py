@@ -58,6 +58,7 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 
 from minibert.checkpoints.protobuf import fixed32_to_float, iter_fields, to_signed64
 from minibert.errors import MiniBertError
+from minibert.fileio import read_json_object
 
 # Google's WordPiece gives up on words longer than 200 characters (one [UNK]);
 # transformers and `tokenizers` use 100. We follow transformers, so that ids
@@ -519,19 +520,9 @@ def sentencepiece_tokenizer(model_file, do_lower_case=True):
 # Finding and loading a tokenizer
 # =============================================================================
 
-def _read_json(path):
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise MiniBertError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(value, dict):
-        raise MiniBertError(f"{path}: expected a JSON object")
-    return value
-
-
 def _read_tokenizer_config(folder):
     path = folder / "tokenizer_config.json"
-    config = _read_json(path) if path.is_file() else {}
+    config = read_json_object(path) if path.is_file() else {}
     if "do_lower_case" in config and not isinstance(config["do_lower_case"], bool):
         raise MiniBertError(f"{path}: do_lower_case must be true or false, got {config['do_lower_case']!r}")
     return config
@@ -582,7 +573,7 @@ def _find_tokenizer_file(folder):
 
 def _vocab_from_tokenizer_json(path):
     """The WordPiece vocabulary (token -> id) of a Hugging Face tokenizer.json."""
-    model = _read_json(path).get("model")
+    model = read_json_object(path).get("model")
     if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
         raise MiniBertError(f"{path}: only WordPiece tokenizer.json files are supported "
                             f"(for SentencePiece models minibert reads the spiece.model file)")
@@ -621,7 +612,7 @@ def load_tokenizer(name_or_path=None):
         return sentencepiece_tokenizer(file, do_lower_case=True if lower is None else lower)
     vocab = _vocab_from_tokenizer_json(file) if file.suffix == ".json" else read_vocab(file)
     if lower is None and (folder / "tokenizer.json").is_file():
-        lower = _tokenizer_json_lowercase(_read_json(folder / "tokenizer.json"))
+        lower = _tokenizer_json_lowercase(read_json_object(folder / "tokenizer.json"))
     if lower is None:
         lower = casing_from_folder_name(folder.name)
     if lower is None:

@@ -28,6 +28,7 @@ import torch
 from minibert.checkpoints.name_maps import (LoadReport, detect_heads, expand, module_rows, normalize_hf_names,
                                             normalize_tf_names, tied_copy_rows)
 from minibert.errors import MiniBertError
+from minibert.fileio import read_json_object
 from minibert.model import BertConfig, BertModel
 
 GOOGLE_CONFIG_FILES = ("bert_config.json", "albert_config.json")
@@ -67,7 +68,7 @@ def load_google_folder(folder, config_file):
 
 
 def google_config_to_ours(config_file):
-    values = read_json(config_file)
+    values = read_json_object(config_file)
     if config_file.name == "albert_config.json":
         values["model_type"] = "albert"
         values.setdefault("embedding_size", 128)
@@ -92,7 +93,7 @@ def load_huggingface_folder(folder):
     """Hugging Face: config.json + model.safetensors (preferred) or pytorch_model.bin."""
     from minibert.checkpoints.safetensors import load_safetensors, load_torch_bin
     config_file = folder / "config.json"
-    values = read_json(config_file)
+    values = read_json_object(config_file)
     model_type = values.get("model_type")
     if model_type not in ("bert", "albert"):
         raise MiniBertError(f"{config_file}: model_type is {model_type!r}; minibert reads 'bert' and 'albert'")
@@ -158,17 +159,6 @@ def build_and_fill(config, tensors, skipped, source_format, source):
     report.raise_if_bad()
     model.load_report = report
     return model
-
-
-def read_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (OSError, ValueError) as e:
-        raise MiniBertError(f"{path}: cannot read JSON ({e})") from None
-    if not isinstance(values, dict):
-        raise MiniBertError(f"{path}: expected a JSON object")
-    return values
 
 
 # ----------------------------------------------------------------------------
