@@ -114,9 +114,11 @@ def load_huggingface_folder(folder):
         values.setdefault("num_hidden_groups", max(order) + 1)
     config = config_from_dict(values, config_file)
     weights = folder / "model.safetensors"
-    raw = load_safetensors(weights) if weights.is_file() else load_torch_bin(folder / "pytorch_model.bin")
-    if not weights.is_file():
+    if weights.is_file():
+        raw = load_safetensors(weights)
+    else:
         weights = folder / "pytorch_model.bin"
+        raw = load_torch_bin(weights)
     tensors, skipped = normalize_hf_names(raw, model_type)
     return build_and_fill(config, tensors, skipped, "huggingface", source=str(weights))
 
