@@ -1,23 +1,18 @@
 """duplicate.py / minibert.duplication: deeper models by duplicating layers (Kao et al. 2020)."""
 
-import importlib.util
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from minibert import duplication
 from minibert.checkpoints import load_pretrained
-from minibert.cli import run
 from minibert.errors import MiniBertError
+from helpers import run_script, run_script_in_process
 from tiny_models import save_tiny_model
 
 transformers = pytest.importorskip("transformers", reason="transformers is the test-only reference implementation")
 
-REPO = Path(__file__).resolve().parent.parent
 TOLERANCE = 1e-5
 
 
@@ -242,27 +237,13 @@ def test_bad_input_raises(bert, tmp_path):
 # ----------------------------------------------------------------------------
 
 
-def run_script(*args):
-    return subprocess.run([sys.executable, str(REPO / "duplicate.py"), *map(str, args)], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
-
-
-def run_in_process(capsys, *args):
-    spec = importlib.util.spec_from_file_location("duplicate_script", REPO / "duplicate.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    with pytest.raises(SystemExit) as exit_info:
-        run(script.main, [str(a) for a in args])
-    return exit_info.value.code, capsys.readouterr()
-
-
 def test_cli_help_a_real_run_and_a_bad_index(tmp_path):
-    help_run = run_script("--help")
+    help_run = run_script("duplicate.py", "--help")
     assert help_run.returncode == 0
     assert all(flag in help_run.stdout for flag in ("--duplicate", "--order", "--repeat", "--tied", "layer_order"))
     save_tiny_model(tmp_path / "bert")
-    run_ok = run_script("--model", tmp_path / "bert", "--duplicate", "0,2", "--output", tmp_path / "out", "--probe",
-                        "--max-sentences", 5)
+    run_ok = run_script("duplicate.py", "--model", tmp_path / "bert", "--duplicate", "0,2",
+                        "--output", tmp_path / "out", "--probe", "--max-sentences", 5)
     assert run_ok.returncode == 0, run_ok.stderr
     assert "5 layers (from 3), order 0,0,1,2,2" in run_ok.stdout
     assert "original" in run_ok.stdout and "layer 0 (copy)" in run_ok.stdout
@@ -270,7 +251,7 @@ def test_cli_help_a_real_run_and_a_bad_index(tmp_path):
     assert json.loads((tmp_path / "out" / "duplication.json").read_text())["order"] == [0, 0, 1, 2, 2]
     written = load_pretrained(tmp_path / "out")
     assert duplication.recorded_layers_run(tmp_path / "out", written.config) == [0, 0, 1, 2, 2]  # probe.py's labels
-    bad = run_script("--model", tmp_path / "bert", "--duplicate", "0,7", "--output", tmp_path / "bad")
+    bad = run_script("duplicate.py", "--model", tmp_path / "bert", "--duplicate", "0,7", "--output", tmp_path / "bad")
     assert bad.returncode == 1
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: --duplicate: layer index 7 is out of range")
     assert not (tmp_path / "bad").exists()
@@ -292,8 +273,9 @@ def test_cli_bad_arguments_are_one_line_errors(tmp_path, capsys):
         (("--model", tmp_path / "bert", "--duplicate", "0", "--output", tmp_path / "full"), "--force"),
         (("--model", tmp_path / "bert", "--duplicate", "0"), "--output"),
     ]:
-        code, captured = run_in_process(capsys, *args)
+        code, captured = run_script_in_process(capsys, "duplicate.py", *args)
         lines = captured.err.strip().splitlines()
         assert code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], captured.err
-    code, captured = run_in_process(capsys, "--model", tmp_path / "albert", "--repeat", "2", "--output", out)
+    code, captured = run_script_in_process(capsys, "duplicate.py", "--model", tmp_path / "albert", "--repeat", "2",
+                                           "--output", out)
     assert code == 0 and "5 layers (from 3)" in captured.out

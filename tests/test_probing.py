@@ -4,12 +4,8 @@ The per-layer numbers are checked against an independent computation with
 transformers: its `output_hidden_states` and its own MLM head module, applied
 by hand to each hidden state of the folder minibert wrote."""
 
-import importlib.util
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,15 +13,14 @@ import torch.nn.functional as F
 
 from minibert import probing
 from minibert.checkpoints import load_pretrained
-from minibert.cli import run
 from minibert.errors import MiniBertError
 from minibert.model import BertModel, MaskedLMHead
 from minibert.tokenization import load_tokenizer
+from helpers import run_script, run_script_in_process
 from tiny_models import SENTENCES, save_tiny_model, tiny_config, write_vocab
 
 transformers = pytest.importorskip("transformers", reason="transformers is the test-only reference implementation")
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def reference_scores(folder, batch, cls_id, sep_id, model_type):
@@ -188,27 +183,12 @@ def test_a_bundled_size_model_probes_the_shipped_sentences_quickly(tmp_path):
 # ----------------------------------------------------------------------------
 
 
-def run_script(*args):
-    return subprocess.run([sys.executable, str(REPO / "probe.py"), *map(str, args)], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
-
-
-def run_in_process(capsys, *args):
-    """probe.py's main through the same error handling, without a new interpreter (torch imports in ~2 s)."""
-    spec = importlib.util.spec_from_file_location("probe_script", REPO / "probe.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    with pytest.raises(SystemExit) as exit_info:
-        run(script.main, [str(a) for a in args])
-    return exit_info.value.code, capsys.readouterr()
-
-
 def test_cli_help_and_a_real_run_fitting_a_head(tmp_path):
-    help_run = run_script("--help")
+    help_run = run_script("probe.py", "--help")
     assert help_run.returncode == 0 and "--fit-head" in help_run.stdout and "--mask-prob" in help_run.stdout
     save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_nsp_head=False, layer_scale=0.05)
     (tmp_path / "s.txt").write_text("\n".join(SENTENCES) + "\n")
-    run = run_script("--model", tmp_path / "bare", "--text", tmp_path / "s.txt", "--max-sentences", 4,
+    run = run_script("probe.py", "--model", tmp_path / "bare", "--text", tmp_path / "s.txt", "--max-sentences", 4,
                      "--fit-head", tmp_path / "s.txt", "--fit-steps", 20, "--fit-lr", 0.01, "--fit-batch-size", 32,
                      "--show", 1, "--mask-prob", 0.2, "--json", tmp_path / "out.json")
     assert run.returncode == 0, run.stderr
@@ -218,7 +198,7 @@ def test_cli_help_and_a_real_run_fitting_a_head(tmp_path):
 
 def test_cli_errors_are_one_line_and_exit_1(tmp_path, capsys):
     save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_nsp_head=False)
-    run = run_script("--model", tmp_path / "bare")
+    run = run_script("probe.py", "--model", tmp_path / "bare")
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: ") and "no MLM head" in run.stderr
     for args, expected in [(("--model", tmp_path / "bare", "--mask-prob", "1.5"), "--mask-prob 1.5"),
@@ -227,6 +207,6 @@ def test_cli_errors_are_one_line_and_exit_1(tmp_path, capsys):
                            (("--model", tmp_path / "nowhere"), "nowhere"),
                            (("--text", tmp_path / "none.txt"), "none.txt: file not found"),
                            (("--no-such-flag",), "unrecognized arguments")]:
-        code, captured = run_in_process(capsys, *args)
+        code, captured = run_script_in_process(capsys, "probe.py", *args)
         lines = captured.err.strip().splitlines()
         assert code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], captured.err

@@ -18,6 +18,7 @@ from minibert.checkpoints import tf_bundle
 from minibert.checkpoints.tf_bundle import (crc32c, find_tf_checkpoint_prefix,
                                             list_tf_checkpoint, read_tf_checkpoint)
 from minibert.errors import MiniBertError
+from helpers import varint
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 CASES = {  # folder -> prefix relative to it
@@ -232,15 +233,6 @@ def test_partitioned_checkpoint_written_by_tensorflow():
 
 
 # A tiny test-only writer for crafted indexes (the format of formats.md 4.2-4.3).
-
-def varint(n):
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
 
 def write_block(out, entries, block_type=0):
     """Append a block (restart interval 1, so no key sharing) + trailer; return its handle."""

@@ -31,6 +31,7 @@ import pytest
 import torch
 
 from minibert.errors import MiniBertError
+from helpers import varint
 from minibert.tokenization import (
     BERT_SPECIAL_TOKENS,
     casing_from_folder_name,
@@ -638,13 +639,6 @@ def test_albert_layouts_and_bad_model_files(spm_model, tmp_path):
 
 def protobuf_field(number, value):
     """One protobuf field: a varint (int), a 32-bit float, or length-delimited bytes."""
-    def varint(n):
-        out = bytearray()
-        while True:
-            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-            n >>= 7
-            if not n:
-                return bytes(out)
     if isinstance(value, float):
         return varint(number << 3 | 5) + struct.pack("<f", value)
     if isinstance(value, int):

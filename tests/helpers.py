@@ -1,0 +1,39 @@
+"""Small helpers several test files share: running a script, encoding protobuf varints."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minibert.cli import run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_script(script, *args):
+    """Run REPO/script in a new interpreter (about 2.5 s for the torch import)."""
+    return subprocess.run([sys.executable, str(REPO / script), *map(str, args)], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+
+
+def run_script_in_process(capsys, script, *args):
+    """The script's main through the same error handling (minibert.cli.run), in
+    this interpreter. Returns (exit code, captured output)."""
+    spec = importlib.util.spec_from_file_location(Path(script).stem + "_script", REPO / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as exit_info:
+        run(module.main, [str(a) for a in args])
+    return exit_info.value.code, capsys.readouterr()
+
+
+def varint(n):
+    """Protobuf's base-128 varint encoding of a non-negative integer."""
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
