@@ -55,7 +55,7 @@ def main(argv=None):
     from minibert import duplication, probing
     from minibert.checkpoints import load_pretrained
     from minibert.tokenization import load_tokenizer
-    from minibert.training import choose_device
+    from minibert.devices import choose_device
 
     probing.check_probe_settings(args.batch_size, args.mask_prob, args.show)
     probing.check_fit_settings(args.fit_steps, args.fit_lr, args.fit_batch_size)

@@ -71,10 +71,11 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from pathlib import Path
-    from minibert.model import BertConfig
+    from minibert.checkpoints import read_config
+    from minibert.model import ALBERT_DEFAULTS, BertConfig
     from minibert.pretraining import pretrain, split_heldout, text_files
     from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
-    from minibert.training import write_json
+    from minibert.fileio import write_json
 
     files = text_files(args.corpus, "--corpus")
     corpus, heldout = split_heldout(files, args.heldout)
@@ -93,17 +94,16 @@ def main(argv=None):
         tokenizer.save(output)
 
     if args.config:
-        config = BertConfig.from_json_file(args.config)
-        if Path(args.config).name == "albert_config.json":
-            config.model_type = "albert"
+        config = read_config(args.config)     # reads each of the three config files as load_pretrained does
     else:
         albert = args.model_type == "albert"
         config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
                             num_attention_heads=args.heads, intermediate_size=args.intermediate,
-                            hidden_act="gelu_new" if albert else "gelu", model_type=args.model_type,
+                            hidden_act=ALBERT_DEFAULTS["hidden_act"] if albert else "gelu", model_type=args.model_type,
                             hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
                             max_position_embeddings=max(512, args.max_seq_len),
-                            embedding_size=(args.embedding_size or 128) if albert else args.embedding_size,
+                            embedding_size=(args.embedding_size or ALBERT_DEFAULTS["embedding_size"]) if albert
+                            else args.embedding_size,
                             num_hidden_groups=args.groups if albert else None)
         config.validate()
     pair = args.pair_objective

@@ -78,7 +78,7 @@ def build(name):
     transformers' here: the memory measurement does not depend on the values)."""
     torch.manual_seed(0)
     if name == "minibert":
-        return BertModel(BertConfig.from_dict(hf_config().to_dict()), with_pooler=False, with_nsp_head=False).eval()
+        return BertModel(BertConfig.from_dict(hf_config().to_dict()), with_pooler=False, with_pair_head=False).eval()
     return transformers.BertForMaskedLM(hf_config("eager" if "eager" in name else None)).eval()
 
 

@@ -39,7 +39,7 @@ import json
 from pathlib import Path
 
 from minibert.errors import MiniBertError
-from minibert.fileio import atomic_write
+from minibert.fileio import write_json
 from minibert.model import BertModel
 
 
@@ -85,12 +85,12 @@ def duplicate_order(num_layers, duplicate):
 
 def heads_of(model):
     return dict(with_pooler=model.pooler is not None, with_mlm_head=model.mlm_head is not None,
-                with_nsp_head=model.nsp_head is not None)
+                with_pair_head=model.pair_head is not None)
 
 
 def copy_outside_encoder(source, target):
     """Embeddings, pooler and heads: unchanged (copied, not shared)."""
-    for name in ("embeddings", "pooler", "mlm_head", "nsp_head"):
+    for name in ("embeddings", "pooler", "mlm_head", "pair_head"):
         module = getattr(source, name)
         if module is not None:
             getattr(target, name).load_state_dict(module.state_dict())
@@ -192,6 +192,4 @@ def write_model(deeper, output, source_dir=None, record=None, force=False):
         deeper.source_dir = source_dir               # save_pretrained copies the tokenizer from here
     save_pretrained(deeper, output)
     if record is not None:
-        with atomic_write(Path(output) / "duplication.json", mode="w") as f:
-            json.dump(record, f, indent=2)
-            f.write("\n")
+        write_json(Path(output) / "duplication.json", record)

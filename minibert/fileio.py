@@ -88,3 +88,11 @@ def read_json_object(path):
     if not isinstance(values, dict):
         raise MiniBertError(f"{path}: expected a JSON object")
     return values
+
+
+def write_json(path, values):
+    """`values` as indented JSON, written atomically: the one writer for
+    results, summaries and records (a crash never leaves half a JSON file)."""
+    with atomic_write(path, mode="w") as f:
+        json.dump(values, f, indent=2)
+        f.write("\n")

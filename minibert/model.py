@@ -1,7 +1,13 @@
 """BERT and ALBERT in one file, written out by hand.
 
-Read it top to bottom: config, embeddings, attention, layer, encoder, heads,
-and finally the model that puts them together.
+Read it top to bottom: config, activations, LayerNorm, embeddings, attention,
+layer, encoder, heads, and finally the model that puts them together.
+
+Every formula runs as written. GELU, LayerNorm and attention are each a short
+function of plain tensor operations next to the fused PyTorch kernel the
+model uses by default; `BertConfig(written_out=True)` (or
+`model.use_written_out()`) runs the written-out functions instead, and the
+tests check that both paths give the same numbers.
 
 References
   [BERT]   Devlin et al. 2018, "BERT: Pre-training of Deep Bidirectional
@@ -35,7 +41,7 @@ Shapes in comments: B batch, T sequence length, H hidden size, E embedding
 size, A attention heads, D = H / A head size, I intermediate size, V vocab.
 """
 
-import json
+import functools
 import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
@@ -45,7 +51,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minibert.errors import MiniBertError
-from minibert.fileio import read_json_object
 
 # ----------------------------------------------------------------------------
 # Config
@@ -79,6 +84,10 @@ class BertConfig:
     inner_group_num: int = 1                # layers inside one group
     # Kao et al.: which group runs at each depth (None: the usual plan).
     layer_order: Optional[list] = None
+    # Not a property of the weights: run every block through its formula
+    # written out in PyTorch (attention, GELU, LayerNorm) instead of the fused
+    # kernels. Same numbers, slower; for reading and for the tests.
+    written_out: bool = False
 
     @classmethod
     def from_dict(cls, values):
@@ -86,10 +95,6 @@ class BertConfig:
         config = cls(**{k: v for k, v in values.items() if k in known})
         config.validate()
         return config
-
-    @classmethod
-    def from_json_file(cls, path):
-        return cls.from_dict(read_json_object(path))
 
     def to_dict(self):
         return asdict(self)
@@ -135,11 +140,19 @@ class BertConfig:
             fail("hidden_act", f"one of {sorted(ACTIVATIONS)}")
         if self.model_type not in ("bert", "albert"):
             fail("model_type", "'bert' or 'albert'")
+        if not isinstance(self.written_out, bool):
+            fail("written_out", "true or false")
         if self.layer_order is not None:
             order = self.layer_order
             if (not isinstance(order, list) or len(order) != self.num_hidden_layers
                     or not all(isinstance(g, int) and 0 <= g < self.num_groups for g in order)):
                 fail("layer_order", f"a list of {self.num_hidden_layers} group indices in 0..{self.num_groups - 1}")
+
+
+# What ALBERT's code assumes where its config leaves a field out: E = 128 for
+# every model size ([ALBERT] Table 1), one shared layer group ([ALBERT] 3.1),
+# and the tanh GELU (its modeling.py's "gelu"; see gelu_tanh below).
+ALBERT_DEFAULTS = {"embedding_size": 128, "num_hidden_groups": 1, "hidden_act": "gelu_new"}
 
 
 # ----------------------------------------------------------------------------
@@ -149,18 +162,74 @@ class BertConfig:
 
 def gelu(x):
     """Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (Hendrycks & Gimpel
-    2016). BERT's checkpoints were trained with this form (formats.md 1.2)."""
-    return F.gelu(x)  # the erf formula above, as one fused kernel
+    2016), where Phi is the standard normal CDF.
+
+    BERT's "gelu" means this form. Google's first bert/modeling.py (October
+    2018) computed it with tf.erf, and the original checkpoints (Oct-Nov
+    2018) were trained with it; commit bee6030 ("Adding TF Hub support",
+    early 2019) later switched modeling.gelu to the tanh approximation below.
+    Hugging Face runs every BERT checkpoint with the erf form, and so do we
+    (docs/formats.md 1.2)."""
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
 def gelu_tanh(x):
     """The tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
-    which ALBERT's modeling.py calls "gelu" and Hugging Face calls "gelu_new"."""
-    return F.gelu(x, approximate="tanh")  # the formula above, as one fused kernel
+    which ALBERT's modeling.py calls "gelu" and Hugging Face calls "gelu_new"
+    (docs/formats.md 2.2). It differs from the exact form by at most 4.8e-4 (near x = 2.7)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh,
-               "relu": F.relu, "tanh": torch.tanh}
+# hidden_act name -> (PyTorch's fused kernel, the formula written out above).
+# The two columns compute the same function; tests check them equal.
+ACTIVATIONS = {
+    "gelu": (F.gelu, gelu),
+    "gelu_new": (functools.partial(F.gelu, approximate="tanh"), gelu_tanh),
+    "gelu_pytorch_tanh": (functools.partial(F.gelu, approximate="tanh"), gelu_tanh),
+    "relu": (F.relu, lambda x: x.clamp(min=0)),
+    "tanh": (torch.tanh, torch.tanh),            # tanh is itself a primitive
+}
+
+
+class Activation(nn.Module):
+    """The config's hidden_act, fused or written out (no parameters)."""
+
+    def __init__(self, name, written_out=False):
+        super().__init__()
+        self.fused, self.formula = ACTIVATIONS[name]
+        self.written_out = written_out
+
+    def forward(self, x):
+        return self.formula(x) if self.written_out else self.fused(x)
+
+
+# ----------------------------------------------------------------------------
+# LayerNorm (Ba et al. 2016)
+# ----------------------------------------------------------------------------
+
+
+def layer_norm(x, weight, bias, eps):
+    """Normalise each vector over its last dimension, then scale and shift:
+    LN(x) = (x - mean) / sqrt(var + eps) * gamma + beta. The variance is the
+    biased one (divide by H, not H - 1) and eps sits inside the square root,
+    as in TF's layer_norm that BERT was trained with."""
+    mean = x.mean(dim=-1, keepdim=True)
+    variance = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return (x - mean) / torch.sqrt(variance + eps) * weight + bias
+
+
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm (parameters `weight` = gamma, `bias` = beta), which can
+    also run the formula written out in `layer_norm` above."""
+
+    def __init__(self, size, eps, written_out=False):
+        super().__init__(size, eps=eps)
+        self.written_out = written_out
+
+    def forward(self, x):
+        if self.written_out:
+            return layer_norm(x, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)  # the same, one fused kernel
 
 
 # ----------------------------------------------------------------------------
@@ -176,10 +245,11 @@ class Embeddings(nn.Module):
     def __init__(self, config):
         super().__init__()
         E = config.embedding_dim
+        self.max_positions = config.max_position_embeddings
         self.word_embeddings = nn.Embedding(config.vocab_size, E)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, E)  # learned, not sinusoids
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, E)
-        self.layer_norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.layer_norm = LayerNorm(E, config.layer_norm_eps, config.written_out)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         # ALBERT's `embedding_hidden_mapping_in`: E -> H ([ALBERT] 3.1). ALBERT
         # checkpoints carry it even in the rare case E == H.
@@ -188,6 +258,11 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids, token_type_ids):
         T = input_ids.shape[1]
+        if T > self.max_positions:
+            # The position table has one row per position: there is no
+            # embedding for position T - 1 (a model cannot read longer text).
+            raise MiniBertError(f"input of {T} tokens is longer than the model's max_position_embeddings "
+                                f"({self.max_positions}); truncate it to {self.max_positions} tokens")
         positions = torch.arange(T, device=input_ids.device)
         x = (self.word_embeddings(input_ids)            # (B, T, E)
              + self.position_embeddings(positions)        # (T, E), broadcast over B
@@ -203,70 +278,100 @@ class Embeddings(nn.Module):
 # ----------------------------------------------------------------------------
 
 
+def split_heads(x, num_heads):
+    """(B, T, H) -> (B, A, T, D): each head sees its own D = H / A slice of
+    every vector (columns h*D .. (h+1)*D - 1 of the projection belong to head h)."""
+    B, T, H = x.shape
+    return x.view(B, T, num_heads, H // num_heads).transpose(1, 2)
+
+
+def merge_heads(x):
+    """(B, A, T, D) -> (B, T, A*D): the inverse of split_heads, i.e. the heads'
+    outputs concatenated ("Concat(head_1, ..., head_h)" in [AIAYN] 3.2.2)."""
+    B, A, T, D = x.shape
+    return x.transpose(1, 2).reshape(B, T, A * D)
+
+
+def attention(q, k, v, attention_bias, dropout_p=0.0):
+    """Scaled dot-product attention, written out ([AIAYN] Eq. 1):
+
+        softmax(Q K^T / sqrt(D) + bias) V
+
+    q, k, v (B, A, T, D); attention_bias (B, 1, 1, T), 0 for real tokens and
+    -10000 for padding. Dropout falls on the attention probabilities
+    themselves, as in Google's attention_layer ("dropping out entire tokens
+    to attend to")."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + attention_bias  # (B, A, T, T)
+    probs = scores.softmax(dim=-1)                    # each query's weights over the keys sum to 1
+    probs = F.dropout(probs, p=dropout_p)
+    return probs @ v                                  # (B, A, T, D): weighted sum of the values
+
+
 class SelfAttention(nn.Module):
-    """softmax(Q K^T / sqrt(D) + mask) V in A heads, then an output projection."""
+    """Q, K, V projections, attention in A heads, then the output projection W^O."""
 
     def __init__(self, config):
         super().__init__()
         H = config.hidden_size
         self.num_heads = config.num_attention_heads
-        self.head_size = H // self.num_heads
-        self.query = nn.Linear(H, H)
-        self.key = nn.Linear(H, H)
-        self.value = nn.Linear(H, H)
-        self.output = nn.Linear(H, H)
-        self.attention_dropout_prob = config.attention_probs_dropout_prob
-
-    def split_heads(self, x):
-        B, T, H = x.shape
-        return x.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, T, H) -> (B, A, T, D)
+        self.query = nn.Linear(H, H)                      # W^Q of all heads side by side
+        self.key = nn.Linear(H, H)                        # W^K
+        self.value = nn.Linear(H, H)                      # W^V
+        self.output_projection = nn.Linear(H, H)          # W^O
+        self.dropout_prob = config.attention_probs_dropout_prob
+        self.written_out = config.written_out
 
     def forward(self, hidden_states, attention_bias):
-        q = self.split_heads(self.query(hidden_states))  # (B, A, T, D)
-        k = self.split_heads(self.key(hidden_states))
-        v = self.split_heads(self.value(hidden_states))
-        # scores = q @ k^T / sqrt(D) + attention_bias      (B, A, T, T)
-        # probs  = dropout(softmax(scores, dim=-1))
-        # context = probs @ v                              (B, A, T, D)
-        # PyTorch's fused kernel computes exactly these three lines (a test checks
-        # it against them); it is faster and does not keep the T x T matrix.
-        context = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attention_bias.to(q.dtype),
-            dropout_p=self.attention_dropout_prob if self.training else 0.0)
-        B, A, T, D = context.shape
-        context = context.transpose(1, 2).reshape(B, T, A * D)  # concatenate the heads
-        return self.output(context)
-
-
-def attention_reference(q, k, v, attention_bias):
-    """The three lines above, spelled out; used by the tests as the definition."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + attention_bias
-    return scores.softmax(dim=-1) @ v
+        q = split_heads(self.query(hidden_states), self.num_heads)  # (B, A, T, D)
+        k = split_heads(self.key(hidden_states), self.num_heads)
+        v = split_heads(self.value(hidden_states), self.num_heads)
+        dropout_p = self.dropout_prob if self.training else 0.0
+        if self.written_out:
+            context = attention(q, k, v, attention_bias, dropout_p)
+        else:
+            # PyTorch's fused kernel computes the same function as `attention`
+            # (tests check it); it is faster and never stores the T x T matrix.
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias.to(q.dtype),
+                                                     dropout_p=dropout_p)
+        return self.output_projection(merge_heads(context))         # (B, T, H)
 
 
 # ----------------------------------------------------------------------------
-# Transformer layer: post-LayerNorm residual blocks ([AIAYN] 3.1, [BERT] 3)
+# Transformer layer: post-LayerNorm residual blocks ([AIAYN] 3.1, 3.3; [BERT] 3)
 # ----------------------------------------------------------------------------
 
 
-class TransformerLayer(nn.Module):
-    """h = LN(x + Dropout(Attention(x)));  y = LN(h + Dropout(W2 act(W1 h)))."""
+class FeedForward(nn.Module):
+    """FFN(x) = W2 act(W1 x + b1) + b2, applied to each position alone
+    ([AIAYN] Eq. 2, with GELU for ReLU as in [BERT] 3)."""
 
     def __init__(self, config):
         super().__init__()
-        H, I = config.hidden_size, config.intermediate_size
+        self.w1 = nn.Linear(config.hidden_size, config.intermediate_size)   # H -> I (Google: intermediate/dense)
+        self.activation = Activation(config.hidden_act, config.written_out)
+        self.w2 = nn.Linear(config.intermediate_size, config.hidden_size)   # I -> H (Google: output/dense)
+
+    def forward(self, x):
+        return self.w2(self.activation(self.w1(x)))      # (B, T, H) -> (B, T, I) -> (B, T, H)
+
+
+class TransformerLayer(nn.Module):
+    """h = LN(x + Dropout(Attention(x)));  y = LN(h + Dropout(FFN(h))).
+
+    Post-LN, as in [AIAYN] and BERT: the LayerNorm comes after each residual sum."""
+
+    def __init__(self, config):
+        super().__init__()
+        H = config.hidden_size
         self.attention = SelfAttention(config)
-        self.attention_layer_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
-        self.intermediate = nn.Linear(H, I)                 # W1
-        self.output = nn.Linear(I, H)                       # W2
-        self.output_layer_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
-        self.activation = ACTIVATIONS[config.hidden_act]
+        self.attention_layer_norm = LayerNorm(H, config.layer_norm_eps, config.written_out)
+        self.feed_forward = FeedForward(config)
+        self.feed_forward_layer_norm = LayerNorm(H, config.layer_norm_eps, config.written_out)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x, attention_bias):
         h = self.attention_layer_norm(x + self.dropout(self.attention(x, attention_bias)))
-        ffn = self.output(self.activation(self.intermediate(h)))  # (B, T, H) -> (B, T, I) -> (B, T, H)
-        return self.output_layer_norm(h + self.dropout(ffn))
+        return self.feed_forward_layer_norm(h + self.dropout(self.feed_forward(h)))
 
 
 # ----------------------------------------------------------------------------
@@ -336,8 +441,8 @@ class MaskedLMHead(nn.Module):
         super().__init__()
         E = config.embedding_dim
         self.dense = nn.Linear(config.hidden_size, E)
-        self.activation = ACTIVATIONS[config.hidden_act]
-        self.layer_norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.activation = Activation(config.hidden_act, config.written_out)
+        self.layer_norm = LayerNorm(E, config.layer_norm_eps, config.written_out)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden_states, word_embeddings):
@@ -346,8 +451,8 @@ class MaskedLMHead(nn.Module):
 
 
 @dataclass
-class BertOutput:
-    """What the model returns.
+class BertModelOutput:
+    """What BertModel returns.
 
     hidden_states: L + 1 tensors (B, T, H): the embedding output (after ALBERT's
         projection), then the output of each executed layer; the same order as
@@ -356,12 +461,14 @@ class BertOutput:
     pooled_output: (B, H) or None when the model has no pooler.
     mlm_logits: (B, T, V), or (N, V) for the N positions in `mlm_positions`;
         None when the model has no MLM head.
-    nsp_logits: (B, 2) next-sentence (BERT) or sentence-order (ALBERT) logits, or None.
+    pair_logits: (B, 2) sentence-pair logits: next-sentence prediction (BERT,
+        0 = B follows A) or sentence order (ALBERT, 0 = in order); None when
+        the model has no pair head.
     """
     hidden_states: tuple
     pooled_output: Optional[torch.Tensor] = None
     mlm_logits: Optional[torch.Tensor] = None
-    nsp_logits: Optional[torch.Tensor] = None
+    pair_logits: Optional[torch.Tensor] = None
 
     @property
     def last_hidden_state(self):
@@ -373,22 +480,35 @@ class BertOutput:
 # ----------------------------------------------------------------------------
 
 
+def padding_bias(attention_mask, dtype):
+    """(B, T) mask of 1 (real) and 0 (padding) -> (B, 1, 1, T) additive bias:
+    0 for real tokens, -10000 for padding, added to every query's scores so
+    that after the softmax no position attends to padding (Google's
+    modeling.py uses -10000 rather than -inf; exp(-10000) is 0 in float32)."""
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * -10000.0
+
+
 class BertModel(nn.Module):
     """Embeddings -> encoder -> heads. Which heads exist is a constructor
     choice, because checkpoints differ: Google's have all of them, Hugging Face's
-    `BertModel` files have no MLM head, `BertForMaskedLM` files no pooler."""
+    `BertModel` files have no MLM head, `BertForMaskedLM` files no pooler.
 
-    def __init__(self, config, with_pooler=True, with_mlm_head=True, with_nsp_head=True):
+    Saving and loading live in minibert.checkpoints (`save_pretrained(model,
+    folder)`, `load_pretrained(folder)`): this file knows no file format."""
+
+    def __init__(self, config, with_pooler=True, with_mlm_head=True, with_pair_head=True):
         super().__init__()
         config.validate()
-        if with_nsp_head and not with_pooler:
-            raise MiniBertError("the NSP/SOP head reads the pooled output: with_nsp_head needs with_pooler")
+        if with_pair_head and not with_pooler:
+            raise MiniBertError("the sentence-pair (NSP/SOP) head reads the pooled output: "
+                                "with_pair_head needs with_pooler")
         self.config = config
         self.embeddings = Embeddings(config)
         self.encoder = Encoder(config)
         self.pooler = Pooler(config) if with_pooler else None
         self.mlm_head = MaskedLMHead(config) if with_mlm_head else None
-        self.nsp_head = nn.Linear(config.hidden_size, 2) if with_nsp_head else None  # NSP: 0 = is next; SOP: 0 = in order
+        # NSP ([BERT] 3.1, Task #2) or SOP ([ALBERT] 3.1): a 2-way classifier on the pooled output.
+        self.pair_head = nn.Linear(config.hidden_size, 2) if with_pair_head else None
         self.apply(self.init_weights)
 
     def init_weights(self, module):
@@ -402,6 +522,15 @@ class BertModel(nn.Module):
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+
+    def use_written_out(self, written_out=True):
+        """Switch every block between its written-out formula (True) and
+        PyTorch's fused kernels (False, the default). Returns the model."""
+        self.config.written_out = written_out
+        for module in self.modules():
+            if hasattr(module, "written_out"):
+                module.written_out = written_out
+        return self
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, mlm_positions=None,
                 all_hidden_states=True):
@@ -418,29 +547,20 @@ class BertModel(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)        # (B, T, H)
-        # Padding gets -10000 added to its attention scores, so after the
-        # softmax no position attends to it (Google's modeling.py).
-        attention_bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0  # (B, 1, 1, T)
+        attention_bias = padding_bias(attention_mask, x.dtype)  # (B, 1, 1, T)
         layer_outputs = self.encoder(x, attention_bias, keep_all=all_hidden_states)
         hidden_states = (x, *layer_outputs) if all_hidden_states else tuple(layer_outputs)
         sequence_output = hidden_states[-1]
 
-        output = BertOutput(hidden_states=hidden_states)
+        output = BertModelOutput(hidden_states=hidden_states)
         if self.pooler is not None:
             output.pooled_output = self.pooler(sequence_output)
-        if self.nsp_head is not None:
-            output.nsp_logits = self.nsp_head(output.pooled_output)
+        if self.pair_head is not None:
+            output.pair_logits = self.pair_head(output.pooled_output)
         if self.mlm_head is not None:
             selected = sequence_output if mlm_positions is None else sequence_output[mlm_positions]  # (N, H)
             output.mlm_logits = self.mlm_head(selected, self.embeddings.word_embeddings.weight)
         return output
-
-    def save_pretrained(self, directory, tokenizer=None):
-        """Write Hugging Face layout (config.json, model.safetensors, tokenizer
-        files) that `transformers` loads unchanged. The format code lives in
-        minibert/checkpoints; this is a convenience entry point."""
-        from minibert.checkpoints import save_pretrained
-        save_pretrained(self, directory, tokenizer=tokenizer)
 
     def num_parameters(self):
         return sum(p.numel() for p in self.parameters())

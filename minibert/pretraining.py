@@ -15,10 +15,26 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from minibert.checkpoints import save_pretrained
+from minibert.devices import move_to_device
 from minibert.errors import MiniBertError
+from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
                                       is_token_cache, pack_blocks)
-from minibert.training import Prefetched, TrainingConfig, setup_context, train
+from minibert.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
+
+
+def masked_lm_loss(model, batch):
+    """The MLM term ([BERT] 3.1, Task #1) and the model output: cross-entropy
+    of the original word piece at each chosen position (mlm_labels != -100),
+    summed, and how many of them the argmax got right. Sums, not means: the
+    caller divides by the count over the whole step (see training.py)."""
+    positions = batch["mlm_labels"] != -100
+    output = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                   token_type_ids=batch["token_type_ids"], mlm_positions=positions)
+    labels = batch["mlm_labels"][positions]
+    logits = output.mlm_logits.float()                       # (N, V), N = chosen positions
+    return (F.cross_entropy(logits, labels, reduction="sum"), (logits.argmax(-1) == labels).sum()), output
 
 
 class MaskedLMObjective:
@@ -35,14 +51,10 @@ class MaskedLMObjective:
         return counts
 
     def losses(self, model, batch):
-        positions = batch["mlm_labels"] != -100
-        output = model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                       token_type_ids=batch["token_type_ids"], mlm_positions=positions)
-        labels = batch["mlm_labels"][positions]
-        logits = output.mlm_logits.float()                       # (N, V), N = chosen positions
-        terms = {"mlm": (F.cross_entropy(logits, labels, reduction="sum"), (logits.argmax(-1) == labels).sum())}
+        mlm, output = masked_lm_loss(model, batch)
+        terms = {"mlm": mlm}
         if self.pair_objective != "none":
-            pair_logits = output.nsp_logits.float()
+            pair_logits = output.pair_logits.float()
             pair_labels = batch["pair_labels"]
             terms[self.pair_objective] = (F.cross_entropy(pair_logits, pair_labels, reduction="sum"),
                                           (pair_logits.argmax(-1) == pair_labels).sum())
@@ -56,14 +68,11 @@ def evaluate_mlm(model, batches, num_batches, device):
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
     for i in range(min(num_batches, len(batches))):
-        batch = {k: v.to(device) for k, v in batches[i].items()}
-        positions = batch["mlm_labels"] != -100
-        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                       token_type_ids=batch["token_type_ids"], mlm_positions=positions).mlm_logits.float()
-        labels = batch["mlm_labels"][positions]
-        loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
-        correct += int((logits.argmax(-1) == labels).sum())
-        count += len(labels)
+        batch = move_to_device(batches[i], device)
+        (batch_loss, batch_correct), _ = masked_lm_loss(model, batch)
+        loss_sum += float(batch_loss)
+        correct += int(batch_correct)
+        count += int((batch["mlm_labels"] != -100).sum())
     mean_loss = loss_sum / max(count, 1)
     return {"masked_accuracy": correct / max(count, 1), "perplexity": math.exp(min(mean_loss, 50.0)),
             "masked_tokens": count}
@@ -116,7 +125,6 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
              device="auto", num_workers=0, cache_dir=None, progress=True):
     """Pretrain a BertModel from scratch with MLM (+ NSP/SOP) and save it in
     Hugging Face layout in `output`. Returns the training summary."""
-    from minibert.model import BertModel
     context = setup_context(device)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
@@ -143,7 +151,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
 
     with_pair = pair_objective != "none"
     torch.manual_seed(seed)
-    model = BertModel(model_config, with_pooler=with_pair, with_mlm_head=True, with_nsp_head=with_pair)
+    model = BertModel(model_config, with_pooler=with_pair, with_mlm_head=True, with_pair_head=with_pair)
     run_config = {"model_config": model_config.to_dict(), "total_steps": steps, "batch_size": batch_size,
                   "seed": seed, "grad_accum_steps": grad_accum_steps, "max_seq_len": max_seq_len,
                   "pair_objective": pair_objective, "mask_prob": mask_prob, "whole_word": whole_word,
@@ -156,7 +164,6 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     checkpoint_path = output / "checkpoint.pt"
     start = 0
     if resume and checkpoint_path.is_file():
-        from minibert.training import load_checkpoint
         start = load_checkpoint(checkpoint_path)["step"]
     batches = train_batches
     if num_workers > 0:
@@ -171,7 +178,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     summary = train(model, batches, MaskedLMObjective(pair_objective), config, context, checkpoint_path,
                     run_config=run_config, evaluate=evaluate, resume=resume, progress=progress)
     if context.is_main:
-        model.to("cpu").save_pretrained(output, tokenizer=tokenizer)
+        save_pretrained(model.to("cpu"), output, tokenizer=tokenizer)
     summary["parameters"] = model.num_parameters()
     summary["run_config"] = run_config
     return summary

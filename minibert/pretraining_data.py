@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from minibert.errors import MiniBertError
+from minibert.seeds import generator_for
 
 CACHE_VERSION = 1
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]*[A-Z0-9])")
@@ -190,12 +191,6 @@ def pack_blocks(cache, max_tokens):
     return blocks
 
 
-def generator_for(seed, *numbers):
-    """A torch generator seeded from several integers (seed, epoch, batch...)."""
-    mixed = int.from_bytes(hashlib.sha256(repr((seed, *numbers)).encode()).digest()[:8], "little") & (2**63 - 1)
-    return torch.Generator().manual_seed(mixed)
-
-
 def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, mask_prob=0.15,
                 whole_word=False, max_predictions=None):
     """Choose and corrupt positions for MLM ([BERT] 3.1, Task #1).
@@ -246,13 +241,23 @@ def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, 
         chosen = (rank < counts[:, None]) & real
 
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    corrupted = corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, generator)
+    return corrupted, labels, chosen
+
+
+def corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, generator):
+    """BERT's 80/10/10 rule ([BERT] 3.1 and A.1): each chosen position becomes
+    [MASK] with probability 0.8, a random normal token (ids first_normal_id ..
+    vocab_size - 1, never a special token) with 0.1, and stays unchanged with
+    0.1. The model cannot tell which of its inputs were replaced, so it must
+    keep a good representation of every token, not just of [MASK]."""
     corrupted = input_ids.clone()
-    roll = torch.rand(B, T, generator=generator)
-    random_ids = torch.randint(first_normal_id, vocab_size, (B, T), generator=generator)
+    roll = torch.rand(input_ids.shape, generator=generator)                    # one uniform draw per position
+    random_ids = torch.randint(first_normal_id, vocab_size, input_ids.shape, generator=generator)
     corrupted[chosen & (roll < 0.8)] = mask_id                                  # 80%: [MASK]
     use_random = chosen & (roll >= 0.8) & (roll < 0.9)                          # 10%: a random token
     corrupted[use_random] = random_ids[use_random]
-    return corrupted, labels, chosen                                            # 10%: unchanged
+    return corrupted                                                            # 10%: unchanged
 
 
 class PretrainingBatches:

@@ -8,7 +8,7 @@ This module asks the same question of any minibert model:
 
     for each hidden state l = 0..L          (0 = embedding output, then one
                                              per executed layer, the order of
-                                             `BertOutput.hidden_states`)
+                                             `BertModelOutput.hidden_states`)
         logits_l = mlm_head(h_l)            at every real token position
         score    argmax(logits_l) == input token        -> top-1 accuracy
                  input token in top 5 of logits_l       -> top-5 accuracy
@@ -45,8 +45,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from minibert.devices import move_to_device
 from minibert.errors import MiniBertError
-from minibert.fileio import atomic_write
+from minibert.fileio import write_json
 from minibert.model import MaskedLMHead
 
 DEFAULT_SENTENCES = Path(__file__).parent / "data" / "probe_sentences.txt"
@@ -105,10 +106,6 @@ def hidden_states(model, batch):
 
 def max_length_for(model):
     return min(512, model.config.max_position_embeddings)
-
-
-def to_device(batch, device):
-    return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
 # ----------------------------------------------------------------------------
@@ -237,7 +234,7 @@ def probe_model(model, tokenizer, sentences, *, mlm_head=None, batch_size=32, ma
     batches = encoded_batches(tokenizer, sentences, batch_size, max_length_for(model))
     for batch in tqdm(batches, total=-(-len(sentences) // batch_size), desc="probing", unit="batch",
                       disable=not progress, leave=False):
-        batch = to_device(batch, device)
+        batch = move_to_device(batch, device)
         states = hidden_states(model, batch)
         if scores is None:
             scores = [Score() for _ in states]
@@ -293,7 +290,7 @@ def masked_accuracy(model, head, tokenizer, sentences, mask_prob, seed, batch_si
             columns = real[row].nonzero().squeeze(1)
             chosen[row, columns] = torch.rand(len(columns), generator=generator) < mask_prob
         masked = dict(batch, input_ids=batch["input_ids"].masked_fill(chosen, tokenizer.mask_id))
-        masked, chosen = to_device(masked, device), chosen.to(device)
+        masked, chosen = move_to_device(masked, device), chosen.to(device)
         last = hidden_states(model, masked)[-1]
         with torch.no_grad():
             score.add(head(last[chosen], word_embeddings), batch["input_ids"].to(device)[chosen])
@@ -329,7 +326,7 @@ def fit_mlm_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=
     model.eval().to(device)
     features, targets = [], []
     for batch in encoded_batches(tokenizer, sentences, 64, max_length_for(model)):
-        batch = to_device(batch, device)
+        batch = move_to_device(batch, device)
         real = real_positions(batch["input_ids"], batch["attention_mask"], tokenizer)
         features.append(hidden_states(model, batch)[-1][real])      # (N, H)
         targets.append(batch["input_ids"][real])
@@ -425,9 +422,7 @@ def save_json(results, path):
         values = results.to_dict()
     else:
         values = {name: r.to_dict() for name, r in results.items()}
-    with atomic_write(path, mode="w") as f:
-        json.dump(values, f, indent=2)
-        f.write("\n")
+    write_json(path, values)
 
 
 def save_plot(results, path):

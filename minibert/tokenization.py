@@ -56,7 +56,7 @@ import torch
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from minibert.checkpoints.protobuf import fixed32_to_float, iter_fields, to_signed64
+from minibert.protobuf import fixed32_to_float, iter_fields, to_signed64
 from minibert.errors import MiniBertError
 from minibert.fileio import read_json_object
 
@@ -586,7 +586,7 @@ def load_tokenizer(name_or_path=None):
     name_or_path: a folder holding vocab.txt, spiece.model, 30k-clean.model,
     assets/*.model (TF-Hub) or tokenizer.json (WordPiece only); a path to one
     such file; or a name (or None for the bundled default model) that
-    minibert.checkpoints.hub resolves to a folder.
+    minibert.hub resolves to a folder.
 
     Lower-casing (do_lower_case) is decided by the first of these that answers:
       1. "do_lower_case" in tokenizer_config.json in the folder;
@@ -601,7 +601,7 @@ def load_tokenizer(name_or_path=None):
     if name_or_path is not None and pathlib.Path(name_or_path).exists():
         path = pathlib.Path(name_or_path)
     else:  # a model name: the hub module knows where (or whether) it is cached
-        from minibert.checkpoints.hub import resolve_model_dir
+        from minibert.hub import resolve_model_dir
         path = pathlib.Path(resolve_model_dir(None if name_or_path is None else str(name_or_path)))
     folder = path if path.is_dir() else path.parent
     file = _find_tokenizer_file(path) if path.is_dir() else path

@@ -20,8 +20,6 @@ the optimizer, the schedule and the step number to resume bit for bit.
 """
 
 import contextlib
-import hashlib
-import json
 import math
 import os
 import time
@@ -33,8 +31,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from minibert.devices import choose_device, move_to_device
 from minibert.errors import MiniBertError
 from minibert.fileio import atomic_write
+from minibert.seeds import seed_from
 
 # ----------------------------------------------------------------------------
 # Device, processes, seeds
@@ -58,18 +58,6 @@ class Context:
         return self.world_size > 1
 
 
-def choose_device(name="auto"):
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise MiniBertError(f"--device {name}: CUDA is not available on this machine")
-    return torch.device(name)
-
-
 def setup_context(device="auto"):
     """Join the process group when launched by torchrun (it sets RANK,
     WORLD_SIZE, LOCAL_RANK and the rendezvous address): NCCL on GPUs, gloo on CPU."""
@@ -83,12 +71,6 @@ def setup_context(device="auto"):
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return Context(device, rank, world_size)
-
-
-def seed_from(*numbers):
-    """One 63-bit seed mixed from several integers."""
-    digest = hashlib.sha256(repr(numbers).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 # ----------------------------------------------------------------------------
@@ -178,10 +160,6 @@ def all_reduce_sum(values, context):
     return dict(zip(keys, tensor.tolist()))
 
 
-def move(batch, device):
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
 def train(model, batches, objective, config, context, checkpoint_path, run_config=None, evaluate=None,
           resume=False, progress=True):
     """Run `config.total_steps` optimizer steps. Returns a summary dict.
@@ -243,7 +221,7 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
             batch_tokens = int(batch["attention_mask"].sum()) * context.world_size
             tokens_seen += batch_tokens
             window_tokens += batch_tokens
-            batch = move(batch, context.device)
+            batch = move_to_device(batch, context.device)
             last = m == len(micro_batches) - 1
             sync = network.no_sync() if context.distributed and not last else contextlib.nullcontext()
             with sync:
@@ -313,9 +291,3 @@ class Prefetched:
             raise RuntimeError(f"Prefetched batches are served in order: asked {index}, next is {self.next_index}")
         self.next_index += 1
         return next(self.iterator)
-
-
-def write_json(path, values):
-    with atomic_write(path, mode="w") as f:
-        json.dump(values, f, indent=2)
-        f.write("\n")

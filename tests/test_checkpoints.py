@@ -31,7 +31,7 @@ import torch
 
 import minibert
 from minibert.checkpoints import huggingface_config, huggingface_state_dict, load_pretrained, save_pretrained
-from minibert.checkpoints.hub import BUNDLED_MODEL_DIR
+from minibert.hub import BUNDLED_MODEL_DIR
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.errors import MiniBertError
 from minibert.model import BertConfig, BertModel
@@ -98,7 +98,7 @@ def run(model, batch):
     """Every output of a minibert model, as a flat list (None for absent heads)."""
     with torch.no_grad():
         out = model(**batch)
-    return [*out.hidden_states, out.pooled_output, out.mlm_logits, out.nsp_logits]
+    return [*out.hidden_states, out.pooled_output, out.mlm_logits, out.pair_logits]
 
 
 def assert_same_outputs(a, b, batch):
@@ -234,9 +234,9 @@ def test_google_tf_checkpoint_equals_transformers(folder, transformers):
     assert_close(mine.pooled_output, pooled, "pooled output", TF_TOLERANCE)
     assert_close(mine.mlm_logits[real], theirs.prediction_logits[real], "MLM logits", TF_TOLERANCE)
     nsp = theirs.sop_logits if albert else theirs.seq_relationship_logits
-    assert_close(mine.nsp_logits, nsp, "NSP/SOP logits", TF_TOLERANCE)
+    assert_close(mine.pair_logits, nsp, "NSP/SOP logits", TF_TOLERANCE)
     # and the values are not trivially equal: the model's outputs vary over the batch
-    assert mine.nsp_logits.std(dim=0).min() > 1e-4
+    assert mine.pair_logits.std(dim=0).min() > 1e-4
 
 
 # ---------------------------------------------------------------------------
@@ -274,7 +274,7 @@ def test_round_trip_through_transformers(family, transformers, tmp_path):
         assert_close(a[real], b[real], f"hidden state {layer}", TF_TOLERANCE)
     assert_close(mine.mlm_logits[real], theirs.prediction_logits[real], "MLM logits", TF_TOLERANCE)
     nsp = theirs.sop_logits if family == "albert" else theirs.seq_relationship_logits
-    assert_close(mine.nsp_logits, nsp, "NSP/SOP logits", TF_TOLERANCE)
+    assert_close(mine.pair_logits, nsp, "NSP/SOP logits", TF_TOLERANCE)
 
     # transformers writes a pytorch_model.bin (tied names, buffers and all) ...
     hf_dir = tmp_path / "transformers"
@@ -293,7 +293,7 @@ def test_round_trip_through_transformers(family, transformers, tmp_path):
 def test_save_pretrained_reloads_identically(family, tmp_path):
     config = tiny_bert() if family == "bert" else tiny_albert()
     original = randomize(BertModel(config))
-    original.save_pretrained(tmp_path)
+    save_pretrained(original, tmp_path)
     reloaded = load_pretrained(tmp_path)
     assert reloaded.config == original.config
     assert not reloaded.load_report.skipped
@@ -393,14 +393,14 @@ def test_base_model_file_without_prefix(family, tmp_path):
     """BertModel / AlbertModel files (sentence-transformers) have no `bert.` /
     `albert.` prefix and no heads but the pooler."""
     config = tiny_bert() if family == "bert" else tiny_albert()
-    original = randomize(BertModel(config, with_mlm_head=False, with_nsp_head=False))
+    original = randomize(BertModel(config, with_mlm_head=False, with_pair_head=False))
     tensors = rename(huggingface_state_dict(original), lambda n: n.split(".", 1)[1])
     assert "embeddings.word_embeddings.weight" in tensors
     tensors["embeddings.position_ids"] = torch.arange(64).unsqueeze(0)
     folder = write_hf_folder(tmp_path, huggingface_config(original), tensors, "pytorch_model.bin")
     loaded = load_pretrained(folder)
     assert loaded.load_report.skipped == [("embeddings.position_ids", "buffer, not a weight")]
-    assert loaded.pooler is not None and loaded.mlm_head is None and loaded.nsp_head is None
+    assert loaded.pooler is not None and loaded.mlm_head is None and loaded.pair_head is None
     assert_same_outputs(original, loaded, padded_batch(99))
 
 
@@ -461,7 +461,7 @@ def test_bundled_model_is_the_default_and_upcast_from_fp16(bundled):
     assert BUNDLED_MODEL_DIR.name == "minibert-gutenberg"
     config = model.config
     assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (6, 256, 12000)
-    assert model.mlm_head is not None and model.pooler is None and model.nsp_head is None
+    assert model.mlm_head is not None and model.pooler is None and model.pair_head is None
     assert tokenizer.vocab_size == 12000
     stored = load_safetensors(BUNDLED_MODEL_DIR / "model.safetensors")
     assert {t.dtype for t in stored.values()} == {torch.float16}
@@ -647,7 +647,7 @@ def test_public_api_from_the_package():
 
 
 @pytest.mark.parametrize("first", ["minibert", "minibert.checkpoints", "minibert.tokenization", "minibert.model",
-                                   "minibert.checkpoints.hub"])
+                                   "minibert.hub"])
 def test_public_api_imports_without_cycles(first):
     """Import minibert afresh, starting from each module in turn (an import
     cycle fails for some orders only); once, run the docstring's example.

@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from minibert.checkpoints import hub
-from minibert.checkpoints.hub import (
+from minibert import hub
+from minibert.hub import (
     BUNDLED_MODEL_NAME,
     download_model,
     known_model_names,

@@ -87,7 +87,7 @@ def test_untied_duplication_puts_a_deep_copy_of_the_right_layer_at_each_depth(be
         assert not ours & {p.data_ptr() for p in bert.parameters()}, "copies must own their storage"
     assert deeper.encoder.layers[0].attention.query.weight.data_ptr() != \
         deeper.encoder.layers[1].attention.query.weight.data_ptr()
-    for name in ("embeddings", "pooler", "mlm_head", "nsp_head"):
+    for name in ("embeddings", "pooler", "mlm_head", "pair_head"):
         assert_same_tensors(getattr(deeper, name), getattr(bert, name))
 
 
@@ -127,7 +127,7 @@ def compare_with_transformers(folder, ours, hf_class):
         assert_close(a[real], b[real], f"hidden state {depth}")
     assert_close(mine.mlm_logits[real], theirs.prediction_logits[real], "MLM logits")
     nsp = theirs.sop_logits if hasattr(theirs, "sop_logits") else theirs.seq_relationship_logits
-    assert_close(mine.nsp_logits, nsp, "NSP/SOP logits")
+    assert_close(mine.pair_logits, nsp, "NSP/SOP logits")
 
 
 # ----------------------------------------------------------------------------

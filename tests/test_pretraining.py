@@ -102,7 +102,7 @@ def test_whole_word_masking_takes_every_piece_of_a_word():
 def test_sparse_head_gives_the_same_loss_and_gradients_as_the_full_vocabulary_head():
     config = tiny_config(120)
     torch.manual_seed(0)
-    model = BertModel(config, with_pooler=False, with_nsp_head=False)
+    model = BertModel(config, with_pooler=False, with_pair_head=False)
     input_ids = torch.randint(5, 120, (4, 16))
     labels = torch.full_like(input_ids, -100)
     labels[:, 3] = input_ids[:, 3]

@@ -105,7 +105,7 @@ def test_duplicated_and_tied_models_get_one_row_per_executed_layer(tmp_path):
 
 
 def test_a_model_without_mlm_head_needs_fit_head(tmp_path):
-    save_tiny_model(tmp_path, with_mlm_head=False, with_nsp_head=False)
+    save_tiny_model(tmp_path, with_mlm_head=False, with_pair_head=False)
     model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
     assert model.mlm_head is None
     with pytest.raises(MiniBertError, match="no MLM head.*--fit-head"):
@@ -113,7 +113,7 @@ def test_a_model_without_mlm_head_needs_fit_head(tmp_path):
 
 
 def test_fitted_head_beats_an_untrained_one_on_the_last_layer(tmp_path):
-    save_tiny_model(tmp_path, with_mlm_head=False, with_nsp_head=False, layer_scale=0.05)
+    save_tiny_model(tmp_path, with_mlm_head=False, with_pair_head=False, layer_scale=0.05)
     model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
     frozen = {name: p.clone() for name, p in model.state_dict().items()}
     head, loss = probing.fit_mlm_head(model, tokenizer, SENTENCES, steps=60, lr=1e-2, batch_size=64, progress=False)
@@ -186,7 +186,7 @@ def test_a_bundled_size_model_probes_the_shipped_sentences_quickly(tmp_path):
 def test_cli_help_and_a_real_run_fitting_a_head(tmp_path):
     help_run = run_script("probe.py", "--help")
     assert help_run.returncode == 0 and "--fit-head" in help_run.stdout and "--mask-prob" in help_run.stdout
-    save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_nsp_head=False, layer_scale=0.05)
+    save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_pair_head=False, layer_scale=0.05)
     (tmp_path / "s.txt").write_text("\n".join(SENTENCES) + "\n")
     run = run_script("probe.py", "--model", tmp_path / "bare", "--text", tmp_path / "s.txt", "--max-sentences", 4,
                      "--fit-head", tmp_path / "s.txt", "--fit-steps", 20, "--fit-lr", 0.01, "--fit-batch-size", 32,
@@ -197,7 +197,7 @@ def test_cli_help_and_a_real_run_fitting_a_head(tmp_path):
 
 
 def test_cli_errors_are_one_line_and_exit_1(tmp_path, capsys):
-    save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_nsp_head=False)
+    save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_pair_head=False)
     run = run_script("probe.py", "--model", tmp_path / "bare")
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: ") and "no MLM head" in run.stderr

@@ -81,12 +81,26 @@ def make_readable(model, seed=0, layer_scale=0.15):
 
 
 def save_tiny_model(folder, model_type="bert", sentences=SENTENCES, seed=0, vocab_size=None, layer_scale=0.15,
-                    with_pooler=True, with_mlm_head=True, with_nsp_head=True, **overrides):
+                    with_pooler=True, with_mlm_head=True, with_pair_head=True, **overrides):
     """Write vocab.txt + a readable random model to `folder`; return the model."""
     folder.mkdir(parents=True, exist_ok=True)
     V = write_vocab(folder, sentences, vocab_size)
     model = BertModel(tiny_config(V, model_type, **overrides), with_pooler=with_pooler,
-                      with_mlm_head=with_mlm_head, with_nsp_head=with_nsp_head)
+                      with_mlm_head=with_mlm_head, with_pair_head=with_pair_head)
     make_readable(model, seed, layer_scale).eval()
     save_pretrained(model, folder)
     return model
+
+
+def random_batch(vocab_size, batch=3, length=11, seed=0):
+    """(input_ids, attention_mask, token_type_ids): three rows of different
+    lengths (two padded) and two segments."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (batch, length), generator=generator)
+    attention_mask = torch.ones(batch, length, dtype=torch.long)
+    attention_mask[1, 7:] = 0          # padding in two rows of different lengths
+    attention_mask[2, 4:] = 0
+    input_ids[attention_mask == 0] = 0
+    token_type_ids = torch.zeros(batch, length, dtype=torch.long)
+    token_type_ids[:, 5:] = 1
+    return input_ids, attention_mask, token_type_ids

@@ -29,7 +29,7 @@ from minibert.checkpoints.name_maps import (LoadReport, detect_heads, expand, mo
                                             normalize_tf_names, tied_copy_rows)
 from minibert.errors import MiniBertError
 from minibert.fileio import read_json_object
-from minibert.model import BertConfig, BertModel
+from minibert.model import ALBERT_DEFAULTS, BertConfig, BertModel
 
 GOOGLE_CONFIG_FILES = ("bert_config.json", "albert_config.json")
 TOKENIZER_FILES = ("vocab.txt", "spiece.model", "30k-clean.model", "tokenizer_config.json")
@@ -39,7 +39,7 @@ def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False):
     """Return a BertModel (in eval mode) from a folder, a file inside one, a
     known model name, or None for the bundled default model. The model's
     `load_report` says what was loaded and skipped; `source_dir` is the folder."""
-    from minibert.checkpoints.hub import resolve_model_dir
+    from minibert.hub import resolve_model_dir
     folder = Path(resolve_model_dir(name_or_path))
 
     google_config = next((folder / n for n in GOOGLE_CONFIG_FILES if (folder / n).is_file()), None)
@@ -61,23 +61,46 @@ def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False):
 def load_google_folder(folder, config_file):
     """Google's TF checkpoint: bert_config.json or albert_config.json + TensorBundle."""
     from minibert.checkpoints.tf_bundle import find_tf_checkpoint_prefix, read_tf_checkpoint
-    config = google_config_to_ours(config_file)
+    config = read_config(config_file)
     prefix = find_tf_checkpoint_prefix(folder)
     tensors, skipped = normalize_tf_names(read_tf_checkpoint(prefix))
     return build_and_fill(config, tensors, skipped, "tensorflow", source=f"{prefix}.index")
 
 
-def google_config_to_ours(config_file):
+def read_config(config_file):
+    """A BertConfig from any of the three config files: Google's
+    bert_config.json or albert_config.json, or Hugging Face's config.json.
+    The one place that knows how they differ:
+
+    * Google's files name no model type; the file name says it.
+    * ALBERT's files may leave out what ALBERT's code assumes (ALBERT_DEFAULTS).
+    * In Google's albert_config.json, "gelu" means the tanh approximation
+      (ALBERT's modeling.gelu, docs/formats.md 2.2), which we call "gelu_new";
+      in a Hugging Face config.json "gelu" means the exact form, as for BERT.
+    * A tied duplicated BERT (Kao et al.) that save_pretrained wrote carries
+      `layer_order`; Hugging Face's BERT config has no num_hidden_groups, so
+      the number of distinct layers is read off the order.
+    """
+    config_file = Path(config_file)
     values = read_json_object(config_file)
-    if config_file.name == "albert_config.json":
-        values["model_type"] = "albert"
-        values.setdefault("embedding_size", 128)
-        values.setdefault("num_hidden_groups", 1)
-        # ALBERT's modeling.py `gelu` is the tanh approximation (formats.md 2.2).
-        if values.get("hidden_act", "gelu") == "gelu":
+    if config_file.name in GOOGLE_CONFIG_FILES:
+        values["model_type"] = "albert" if config_file.name == "albert_config.json" else "bert"
+        if values["model_type"] == "albert" and values.get("hidden_act", "gelu") == "gelu":
             values["hidden_act"] = "gelu_new"
-    else:
-        values["model_type"] = "bert"
+    model_type = values.setdefault("model_type", "bert")
+    if model_type not in ("bert", "albert"):
+        raise MiniBertError(f"{config_file}: model_type is {model_type!r}; minibert reads 'bert' and 'albert'")
+    if model_type == "albert":
+        for key, value in ALBERT_DEFAULTS.items():
+            values.setdefault(key, value)
+    if model_type == "bert" and values.get("layer_order") is not None:
+        order = values["layer_order"]
+        if (not isinstance(order, list) or not order
+                or not all(isinstance(g, int) and not isinstance(g, bool) for g in order)
+                or sorted(set(order)) != list(range(max(order) + 1))):
+            raise MiniBertError(f"{config_file}: layer_order = {order!r}; expected a list of layer indices "
+                                f"that uses every index from 0 to its maximum")
+        values.setdefault("num_hidden_groups", max(order) + 1)
     return config_from_dict(values, config_file)
 
 
@@ -92,34 +115,14 @@ def config_from_dict(values, config_file):
 def load_huggingface_folder(folder):
     """Hugging Face: config.json + model.safetensors (preferred) or pytorch_model.bin."""
     from minibert.checkpoints.safetensors import load_safetensors, load_torch_bin
-    config_file = folder / "config.json"
-    values = read_json_object(config_file)
-    model_type = values.get("model_type")
-    if model_type not in ("bert", "albert"):
-        raise MiniBertError(f"{config_file}: model_type is {model_type!r}; minibert reads 'bert' and 'albert'")
-    if model_type == "albert":
-        values.setdefault("embedding_size", 128)
-        values.setdefault("num_hidden_groups", 1)
-        values.setdefault("hidden_act", "gelu_new")
-    if model_type == "bert" and values.get("layer_order") is not None:
-        # A tied duplicated BERT written by save_pretrained. Hugging Face's
-        # config has no num_hidden_groups for BERT, so the number of distinct
-        # layers is read off the order: 0..max, each run at least once.
-        order = values["layer_order"]
-        if (not isinstance(order, list) or not order
-                or not all(isinstance(g, int) and not isinstance(g, bool) for g in order)
-                or sorted(set(order)) != list(range(max(order) + 1))):
-            raise MiniBertError(f"{config_file}: layer_order = {order!r}; expected a list of layer indices "
-                                f"that uses every index from 0 to its maximum")
-        values.setdefault("num_hidden_groups", max(order) + 1)
-    config = config_from_dict(values, config_file)
+    config = read_config(folder / "config.json")
     weights = folder / "model.safetensors"
     if weights.is_file():
         raw = load_safetensors(weights)
     else:
         weights = folder / "pytorch_model.bin"
         raw = load_torch_bin(weights)
-    tensors, skipped = normalize_hf_names(raw, model_type)
+    tensors, skipped = normalize_hf_names(raw, config.model_type)
     return build_and_fill(config, tensors, skipped, "huggingface", source=str(weights))
 
 
@@ -128,8 +131,8 @@ def build_and_fill(config, tensors, skipped, source_format, source):
     in through the name map. Strict: anything missing, unexpected or of the
     wrong shape is an error naming the file."""
     heads = detect_heads(tensors, source_format)
-    if heads["with_nsp_head"] and not heads["with_pooler"]:
-        heads["with_nsp_head"] = False  # nothing to feed it; reported as unexpected below
+    if heads["with_pair_head"] and not heads["with_pooler"]:
+        heads["with_pair_head"] = False  # nothing to feed it; reported as unexpected below
     model = BertModel(config, **heads)
     report = LoadReport(source=source, skipped=list(skipped))
 
@@ -175,7 +178,7 @@ def huggingface_config(model):
     and minibert uses to tie the copies again on load."""
     config = model.config
     albert = config.model_type == "albert"
-    if model.mlm_head is not None and model.nsp_head is not None:
+    if model.mlm_head is not None and model.pair_head is not None:
         head = "ForPreTraining"
     elif model.mlm_head is not None:
         head = "ForMaskedLM"
@@ -200,7 +203,7 @@ def huggingface_state_dict(model):
     out because transformers ties it to the word embeddings)."""
     config = model.config
     heads = dict(with_pooler=model.pooler is not None, with_mlm_head=model.mlm_head is not None,
-                 with_nsp_head=model.nsp_head is not None)
+                 with_pair_head=model.pair_head is not None)
     ours = model.state_dict()
     out = {name.theirs: ours[name.ours].detach().to("cpu").contiguous().clone()
            for name in expand(module_rows(config, **heads), "huggingface")}

@@ -28,11 +28,11 @@ BERT_LAYER_ROWS = [
     ("attention.query", "attention.self.query", "attention/self/query", LINEAR),
     ("attention.key", "attention.self.key", "attention/self/key", LINEAR),
     ("attention.value", "attention.self.value", "attention/self/value", LINEAR),
-    ("attention.output", "attention.output.dense", "attention/output/dense", LINEAR),
+    ("attention.output_projection", "attention.output.dense", "attention/output/dense", LINEAR),
     ("attention_layer_norm", "attention.output.LayerNorm", "attention/output/LayerNorm", LAYER_NORM),
-    ("intermediate", "intermediate.dense", "intermediate/dense", LINEAR),
-    ("output", "output.dense", "output/dense", LINEAR),
-    ("output_layer_norm", "output.LayerNorm", "output/LayerNorm", LAYER_NORM),
+    ("feed_forward.w1", "intermediate.dense", "intermediate/dense", LINEAR),
+    ("feed_forward.w2", "output.dense", "output/dense", LINEAR),
+    ("feed_forward_layer_norm", "output.LayerNorm", "output/LayerNorm", LAYER_NORM),
 ]
 
 # The same layer in ALBERT: Hugging Face under albert_layer_groups.G.albert_layers.J.,
@@ -43,15 +43,15 @@ ALBERT_LAYER_ROWS = [
     ("attention.query", "attention.query", "attention_1/self/query", LINEAR),
     ("attention.key", "attention.key", "attention_1/self/key", LINEAR),
     ("attention.value", "attention.value", "attention_1/self/value", LINEAR),
-    ("attention.output", "attention.dense", "attention_1/output/dense", LINEAR),
+    ("attention.output_projection", "attention.dense", "attention_1/output/dense", LINEAR),
     ("attention_layer_norm", "attention.LayerNorm", "LayerNorm", LAYER_NORM),
-    ("intermediate", "ffn", "ffn_1/intermediate/dense", LINEAR),
-    ("output", "ffn_output", "ffn_1/intermediate/output/dense", LINEAR),
-    ("output_layer_norm", "full_layer_layer_norm", "LayerNorm_1", LAYER_NORM),
+    ("feed_forward.w1", "ffn", "ffn_1/intermediate/dense", LINEAR),
+    ("feed_forward.w2", "ffn_output", "ffn_1/intermediate/output/dense", LINEAR),
+    ("feed_forward_layer_norm", "full_layer_layer_norm", "LayerNorm_1", LAYER_NORM),
 ]
 
 
-def module_rows(config, with_pooler=True, with_mlm_head=True, with_nsp_head=True):
+def module_rows(config, with_pooler=True, with_mlm_head=True, with_pair_head=True):
     """(ours, huggingface, tensorflow, kind) for every module of a model with this config."""
     albert = config.model_type == "albert"
     hf = "albert" if albert else "bert"
@@ -88,11 +88,11 @@ def module_rows(config, with_pooler=True, with_mlm_head=True, with_nsp_head=True
             ("mlm_head.layer_norm", f"{mlm}.LayerNorm", "cls/predictions/transform/LayerNorm", LAYER_NORM),
             ("mlm_head.bias", "predictions.bias" if albert else "cls.predictions.bias", "cls/predictions/output_bias", PARAM),
         ]
-    if with_nsp_head:
+    if with_pair_head:
         nsp = "sop_classifier.classifier" if albert else "cls.seq_relationship"
         rows += [
-            ("nsp_head.weight", f"{nsp}.weight", "cls/seq_relationship/output_weights", PARAM),  # TF stores it [2, H]
-            ("nsp_head.bias", f"{nsp}.bias", "cls/seq_relationship/output_bias", PARAM),
+            ("pair_head.weight", f"{nsp}.weight", "cls/seq_relationship/output_weights", PARAM),  # TF stores it [2, H]
+            ("pair_head.bias", f"{nsp}.bias", "cls/seq_relationship/output_bias", PARAM),
         ]
     return rows
 
@@ -203,10 +203,10 @@ def detect_heads(names, source):
     has = lambda *prefixes: any(n.startswith(prefixes) for n in names)
     if tf:
         return dict(with_pooler=has("bert/pooler/"), with_mlm_head=has("cls/predictions/"),
-                    with_nsp_head=has("cls/seq_relationship/"))
+                    with_pair_head=has("cls/seq_relationship/"))
     return dict(with_pooler=has("bert.pooler.", "albert.pooler."),
                 with_mlm_head=has("cls.predictions.", "predictions."),
-                with_nsp_head=has("cls.seq_relationship.", "sop_classifier."))
+                with_pair_head=has("cls.seq_relationship.", "sop_classifier."))
 
 
 @dataclass

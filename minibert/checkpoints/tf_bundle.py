@@ -30,7 +30,7 @@ import struct
 
 import numpy as np
 
-from minibert.checkpoints.protobuf import iter_fields, read_varint, to_signed64
+from minibert.protobuf import iter_fields, read_varint, to_signed64
 from minibert.errors import MiniBertError
 
 # ---------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from tqdm import tqdm
 from minibert.errors import MiniBertError
 
 BUNDLED_MODEL_NAME = "minibert-gutenberg"
-BUNDLED_MODEL_DIR = Path(__file__).parent.parent / "pretrained" / "minibert-gutenberg"
+BUNDLED_MODEL_DIR = Path(__file__).parent / "pretrained" / "minibert-gutenberg"
 
 OFFICIAL_URL_PREFIX = "https://storage.googleapis.com"
 URL_PREFIX_VARIABLE = "MINIBERT_DOWNLOAD_URL_PREFIX"

@@ -1,0 +1,40 @@
+"""Where tensors live: choosing a device, and moving a batch there.
+
+Every script takes a `--device` flag (auto, cpu, cuda, cuda:1, mps) and turns
+it into a `torch.device` with `choose_device`; training, probing and
+fine-tuning move their batches with `move_to_device`.
+"""
+
+import torch
+
+from minibert.errors import MiniBertError
+
+
+def choose_device(name="auto"):
+    """"auto" picks the fastest device present (CUDA, then Apple's MPS, then
+    the CPU); any other name must be a device torch knows and this machine has."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise MiniBertError(f"--device {name!r}: expected auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise MiniBertError(f"--device {name}: CUDA is not available on this machine")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise MiniBertError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise MiniBertError(f"--device {name}: MPS is not available on this machine")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise MiniBertError(f"--device {name!r}: expected auto, cpu, cuda, cuda:N or mps")
+    return device
+
+
+def move_to_device(batch, device):
+    """A dict of tensors, each moved to `device` (non_blocking: a copy from
+    pinned CPU memory can overlap with GPU work)."""
+    return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
