@@ -43,7 +43,7 @@ size, A attention heads, D = H / A head size, I intermediate size, V vocab.
 
 import functools
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 import torch
@@ -251,8 +251,9 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, E)
         self.layer_norm = LayerNorm(E, config.layer_norm_eps, config.written_out)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        # ALBERT's `embedding_hidden_mapping_in`: E -> H ([ALBERT] 3.1). ALBERT
-        # checkpoints carry it even in the rare case E == H.
+        # ALBERT's `embedding_hidden_mapping_in`: E -> H ([ALBERT] 3.1). Hugging
+        # Face's ALBERT always has it, even when E == H, and so do we (Google's
+        # modeling.py creates it only when E != H; docs/formats.md 2.3).
         has_projection = config.model_type == "albert" or E != config.hidden_size
         self.projection = nn.Linear(E, config.hidden_size) if has_projection else None
 

@@ -36,7 +36,6 @@ all hidden layers? Some intriguing phenomena and a simple way to boost BERT",
 arXiv:2001.09309.
 """
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -387,7 +386,7 @@ def format_header(result):
 
 def format_bars(result, width=50):
     """One bar per layer: '#' up to top-1 accuracy, '+' on to top-5."""
-    lines = [f"reconstruction accuracy by layer   (# top-1, + top-5; full bar = 100%)"]
+    lines = ["reconstruction accuracy by layer   (# top-1, + top-5; full bar = 100%)"]
     for r in result.layers:
         n1, n5 = round(width * r.top1), round(width * r.top5)
         bar = "#" * n1 + "+" * (n5 - n1) + " " * (width - n5)

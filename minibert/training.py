@@ -20,10 +20,9 @@ the optimizer, the schedule and the step number to resume bit for bit.
 """
 
 import contextlib
-import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 

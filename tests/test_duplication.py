@@ -11,7 +11,6 @@ from minibert.errors import MiniBertError
 from helpers import run_script, run_script_in_process
 from tiny_models import save_tiny_model
 
-transformers = pytest.importorskip("transformers", reason="transformers is the test-only reference implementation")
 
 TOLERANCE = 1e-5
 
@@ -106,7 +105,7 @@ def test_the_copy_applies_the_original_layer_again(bert):
     assert_close(states[5][real], again_2[real], "copy of layer 2")
 
 
-def test_untied_folder_loads_in_transformers_with_equal_outputs(bert, tmp_path):
+def test_untied_folder_loads_in_transformers_with_equal_outputs(bert, tmp_path, transformers):
     deeper = duplication.deepen_bert(bert, [0, 0, 1, 1, 2, 3])
     duplication.write_model(deeper, tmp_path / "out", source_dir=bert.source_dir)
     assert {"config.json", "model.safetensors", "vocab.txt"} <= {p.name for p in (tmp_path / "out").iterdir()}
@@ -146,7 +145,7 @@ def modules_run(model, inputs):
     return ran
 
 
-def test_tied_duplication_shares_modules_and_round_trips(bert, tmp_path):
+def test_tied_duplication_shares_modules_and_round_trips(bert, tmp_path, transformers):
     deeper = duplication.deepen_bert(bert, [0, 0, 1, 1, 2, 3], tied=True)
     assert deeper.config.layer_order == [0, 0, 1, 1, 2, 3] and len(deeper.encoder.layers) == 4
     for distinct in range(4):
@@ -193,7 +192,7 @@ def test_duplicating_a_tied_model_uses_its_depths(bert):
 
 
 @pytest.mark.parametrize("groups,layers,k", [(1, 3, 2), (2, 4, 2)])
-def test_albert_repeat_adds_depth_and_transformers_agrees(tmp_path, groups, layers, k):
+def test_albert_repeat_adds_depth_and_transformers_agrees(tmp_path, groups, layers, k, transformers):
     save_tiny_model(tmp_path / "albert", model_type="albert", num_hidden_layers=layers, num_hidden_groups=groups)
     albert = load_pretrained(tmp_path / "albert")
     deeper = duplication.repeat_albert(albert, k)

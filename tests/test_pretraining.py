@@ -1,7 +1,6 @@
 """train_mlm.py's machinery: masking statistics, the sparse MLM head, loss
 going down, bit-exact resume, and distributed training equal to one process."""
 
-import json
 import os
 import subprocess
 import sys
@@ -143,7 +142,6 @@ def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus_a
     run_pretrain(files, tokenizer, tmp_path / "straight", steps=12, **kwargs)
     # The interrupted run: a first process stops after 5 steps (its schedule
     # still planned for 12), a second resumes from the checkpoint.
-    from minibert.checkpoints import load_pretrained
     run_pretrain(files, tokenizer, tmp_path / "resumed", steps=12, max_minutes=0.0, **kwargs)
     assert load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["step"] == 1
     run_pretrain(files, tokenizer, tmp_path / "resumed", steps=12, resume=True, **kwargs)

@@ -19,11 +19,10 @@ from minibert.tokenization import load_tokenizer
 from helpers import run_script, run_script_in_process
 from tiny_models import SENTENCES, save_tiny_model, tiny_config, write_vocab
 
-transformers = pytest.importorskip("transformers", reason="transformers is the test-only reference implementation")
 
 
 
-def reference_scores(folder, batch, cls_id, sep_id, model_type):
+def reference_scores(transformers, folder, batch, cls_id, sep_id, model_type):
     """Top-1, top-5 and mean cross-entropy per layer, computed with transformers
     from one padded batch (the tokenizer has tests of its own)."""
     if model_type == "albert":
@@ -49,12 +48,13 @@ def reference_scores(folder, batch, cls_id, sep_id, model_type):
 
 
 @pytest.mark.parametrize("model_type,overrides", [("bert", {}), ("albert", dict(num_hidden_layers=4))])
-def test_every_layer_scores_equal_an_independent_transformers_computation(tmp_path, model_type, overrides):
+def test_every_layer_scores_equal_an_independent_transformers_computation(tmp_path, model_type, overrides,
+                                                                          transformers):
     ours_model = save_tiny_model(tmp_path, model_type=model_type, **overrides)
     model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
     result = probing.probe_model(model, tokenizer, SENTENCES, batch_size=5)   # batches of 5, 5, 2: padding varies
     batch = tokenizer.batch_encode(SENTENCES)                                # one batch, padded to the longest
-    expected = reference_scores(tmp_path, batch, tokenizer.cls_id, tokenizer.sep_id, model_type)
+    expected = reference_scores(transformers, tmp_path, batch, tokenizer.cls_id, tokenizer.sep_id, model_type)
 
     assert len(result.layers) == len(expected) == ours_model.config.num_hidden_layers + 1
     for ours, theirs in zip(result.layers, expected):

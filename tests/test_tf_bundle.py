@@ -232,7 +232,7 @@ def test_partitioned_checkpoint_written_by_tensorflow():
         list_tf_checkpoint(prefix)
 
 
-# A tiny test-only writer for crafted indexes (the format of formats.md 4.2-4.3).
+# A tiny test-only writer for crafted indexes (the format of docs/formats.md 4.2-4.3).
 
 def write_block(out, entries, block_type=0):
     """Append a block (restart interval 1, so no key sharing) + trailer; return its handle."""

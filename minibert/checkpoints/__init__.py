@@ -19,7 +19,6 @@ The model (model.py) knows nothing of any of this.
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +29,9 @@ from minibert.checkpoints.name_maps import (LoadReport, detect_heads, expand, mo
 from minibert.errors import MiniBertError
 from minibert.fileio import read_json_object
 from minibert.model import ALBERT_DEFAULTS, BertConfig, BertModel
+from minibert.tokenization import TOKENIZER_FILES, load_tokenizer
 
 GOOGLE_CONFIG_FILES = ("bert_config.json", "albert_config.json")
-TOKENIZER_FILES = ("vocab.txt", "spiece.model", "30k-clean.model", "tokenizer_config.json")
 
 
 def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False):
@@ -149,8 +148,17 @@ def build_and_fill(config, tensors, skipped, source_format, source):
         if name.theirs not in remaining:
             report.missing.append(name.theirs)
             continue
-        value = torch.as_tensor(np.asarray(remaining.pop(name.theirs))) if not torch.is_tensor(
-            remaining[name.theirs]) else remaining.pop(name.theirs)
+        value = remaining.pop(name.theirs)
+        if not torch.is_tensor(value):  # the TensorFlow reader gives numpy arrays
+            value = torch.as_tensor(np.asarray(value))
+        # copy_ would turn integers, booleans or complex numbers into floats
+        # without a word. Weights are stored as floats, so another dtype means
+        # a damaged or foreign file. (float8 is refused too: such checkpoints
+        # keep scale factors in other tensors, without which the values are wrong.)
+        if value.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            dtype = str(value.dtype).removeprefix("torch.")
+            raise MiniBertError(f"{source}: tensor {name.theirs!r} has dtype {dtype}; expected a "
+                                f"floating-point weight (float16, bfloat16, float32 or float64)")
         if name.transpose:
             value = value.T
         target = ours[name.ours]
@@ -186,7 +194,8 @@ def huggingface_config(model):
         head = "Model"
     # BertConfig's field names are transformers' names; the ALBERT-only and
     # minibert-only fields are written below when they apply.
-    minibert_only = ("model_type", "embedding_size", "num_hidden_groups", "inner_group_num", "layer_order")
+    minibert_only = ("model_type", "embedding_size", "num_hidden_groups", "inner_group_num", "layer_order",
+                     "written_out")
     values = {"architectures": [("Albert" if albert else "Bert") + head], "model_type": config.model_type,
               **{k: v for k, v in config.to_dict().items() if k not in minibert_only}}
     if albert:
@@ -227,7 +236,6 @@ def save_pretrained(model, directory, tokenizer=None):
     if tokenizer is None:
         source = getattr(model, "source_dir", None)
         if source is not None and any((Path(source) / n).exists() for n in TOKENIZER_FILES):
-            from minibert.tokenization import load_tokenizer
             tokenizer = load_tokenizer(source)
     if tokenizer is not None:
         tokenizer.save(directory)

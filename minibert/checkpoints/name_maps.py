@@ -12,7 +12,7 @@ checkpoint, and its kind, which says how the row expands into tensors:
     param        (the name)        (the name)         (the name)        (no transpose)
 
 `print_name_map(config)` prints the expanded table (`python -m
-minibert.checkpoints.name_maps bert`). Sources: formats.md sections 1.3, 2.3,
+minibert.checkpoints.name_maps bert`). Sources: docs/formats.md sections 1.3, 2.3,
 3.1 and 3.2 (Google's modeling.py scopes, Hugging Face's module trees).
 """
 
@@ -38,7 +38,7 @@ BERT_LAYER_ROWS = [
 # The same layer in ALBERT: Hugging Face under albert_layer_groups.G.albert_layers.J.,
 # TF under bert/encoder/transformer/group_G/inner_group_J/. Note TF nests the
 # FFN output *inside* `intermediate`, and names the two LayerNorms by TF's
-# automatic suffixes (formats.md 2.3).
+# automatic suffixes (docs/formats.md 2.3).
 ALBERT_LAYER_ROWS = [
     ("attention.query", "attention.query", "attention_1/self/query", LINEAR),
     ("attention.key", "attention.key", "attention_1/self/key", LINEAR),

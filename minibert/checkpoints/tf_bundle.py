@@ -1,7 +1,7 @@
 """Read a TensorFlow checkpoint (the "TensorBundle V2" format) without TensorFlow.
 
 Google's BERT and ALBERT releases are TensorFlow 1 checkpoints. A checkpoint
-with prefix `model.ckpt` is two kinds of file (formats.md section 4.1):
+with prefix `model.ckpt` is two kinds of file (docs/formats.md section 4.1):
 
     model.ckpt.index                  which tensors exist, and where their bytes are
     model.ckpt.data-00000-of-00001    the raw tensor bytes, one shard (or more)
@@ -34,7 +34,7 @@ from minibert.protobuf import iter_fields, read_varint, to_signed64
 from minibert.errors import MiniBertError
 
 # ---------------------------------------------------------------------------
-# CRC-32C (Castagnoli), as "masked" by LevelDB (formats.md 4.2 and 4.4)
+# CRC-32C (Castagnoli), as "masked" by LevelDB (docs/formats.md 4.2 and 4.4)
 # ---------------------------------------------------------------------------
 
 _CRC_POLY = 0x82F63B78  # the Castagnoli polynomial, bit-reversed
@@ -118,7 +118,7 @@ def unmask_crc(masked):
 
 
 # ---------------------------------------------------------------------------
-# The SSTable: footer, blocks, entries (formats.md 4.2)
+# The SSTable: footer, blocks, entries (docs/formats.md 4.2)
 # ---------------------------------------------------------------------------
 
 _TABLE_MAGIC = 0xDB4775248B80FB57  # leveldb table/format.h kTableMagicNumber
@@ -216,7 +216,7 @@ def _table_entries(index, path):
 
 
 # ---------------------------------------------------------------------------
-# The protobuf values (formats.md 4.3)
+# The protobuf values (docs/formats.md 4.3)
 # ---------------------------------------------------------------------------
 
 # DataType enum (tensorflow/core/framework/types.proto) -> (name, on-disk numpy dtype)
