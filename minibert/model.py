@@ -89,12 +89,13 @@ class BertConfig:
     # kernels. Same numbers, slower; for reading and for the tests.
     written_out: bool = False
 
+    def __post_init__(self):
+        self.validate()          # a config that exists is a valid one
+
     @classmethod
     def from_dict(cls, values):
         known = {f.name for f in fields(cls)}
-        config = cls(**{k: v for k, v in values.items() if k in known})
-        config.validate()
-        return config
+        return cls(**{k: v for k, v in values.items() if k in known})
 
     def to_dict(self):
         return asdict(self)
@@ -122,18 +123,37 @@ class BertConfig:
         return [l * G // L for l in range(L)]
 
     def validate(self):
+        """Every field has the type and range the model needs, or a
+        MiniBertError names the field, its value and what was expected (a
+        config is user input: a string dropout or a NaN epsilon must not reach
+        torch, where it would fail obscurely or silently give NaN outputs)."""
         def fail(field_name, expected):
             raise MiniBertError(f"config field '{field_name}' = {getattr(self, field_name)!r}: expected {expected}")
 
+        def is_int(value):
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def is_number(value):
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size", "inner_group_num"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 fail(name, "a positive integer")
         for name in ("embedding_size", "num_hidden_groups"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 fail(name, "a positive integer (or absent)")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not is_number(value) or not 0 <= value < 1:
+                fail(name, "a probability in [0, 1)")
+        if not is_number(self.initializer_range) or self.initializer_range < 0:
+            fail("initializer_range", "a finite number >= 0")
+        if not is_number(self.layer_norm_eps) or self.layer_norm_eps <= 0:
+            fail("layer_norm_eps", "a finite number > 0")
+        if self.pad_token_id is not None and (not is_int(self.pad_token_id) or self.pad_token_id < 0):
+            fail("pad_token_id", "a non-negative integer")
         if self.hidden_size % self.num_attention_heads:
             fail("hidden_size", f"a multiple of num_attention_heads ({self.num_attention_heads})")
         if not isinstance(self.hidden_act, str) or self.hidden_act not in ACTIVATIONS:
@@ -142,11 +162,28 @@ class BertConfig:
             fail("model_type", "'bert' or 'albert'")
         if not isinstance(self.written_out, bool):
             fail("written_out", "true or false")
+        if self.model_type == "bert":
+            # ALBERT's fields mean something on a BERT only where BERT has the
+            # same thing: E == H, one layer per group, and a group per depth
+            # (or a duplicated model's explicit layer_order, checked below).
+            if self.embedding_size not in (None, self.hidden_size):
+                fail("embedding_size", f"absent or equal to hidden_size ({self.hidden_size}) for a BERT model; "
+                                       "factorized embeddings are ALBERT's (model_type 'albert')")
+            if self.inner_group_num != 1:
+                fail("inner_group_num", "1 for a BERT model (layer groups are ALBERT's)")
+            if self.layer_order is None and self.num_hidden_groups not in (None, self.num_hidden_layers):
+                fail("num_hidden_groups", f"absent or equal to num_hidden_layers ({self.num_hidden_layers}) for a "
+                                          "BERT model without layer_order (shared layers are ALBERT's)")
+        if self.num_groups > self.num_hidden_layers and self.layer_order is None:
+            fail("num_hidden_groups", f"at most num_hidden_layers ({self.num_hidden_layers}): "
+                                      "a group that never runs has no place")
         if self.layer_order is not None:
             order = self.layer_order
             if (not isinstance(order, list) or len(order) != self.num_hidden_layers
-                    or not all(isinstance(g, int) and 0 <= g < self.num_groups for g in order)):
+                    or not all(is_int(g) and 0 <= g < self.num_groups for g in order)):
                 fail("layer_order", f"a list of {self.num_hidden_layers} group indices in 0..{self.num_groups - 1}")
+            if set(order) != set(range(self.num_groups)):
+                fail("layer_order", f"to run every one of the {self.num_groups} layers at least once")
 
 
 # What ALBERT's code assumes where its config leaves a field out: E = 128 for

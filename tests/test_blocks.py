@@ -290,11 +290,25 @@ def test_mlm_head_on_selected_positions_equals_full_head_at_those_positions():
     assert sparse.shape == (3, 50)
     assert (sparse - full[positions]).abs().max() < 1e-5
 
-@pytest.mark.parametrize("field,value", [("num_hidden_groups", "2"), ("embedding_size", 0), ("hidden_act", ["gelu"]),
-                                         ("num_attention_heads", 5)])
+
+BAD_FIELDS = [("num_hidden_groups", "2"), ("embedding_size", 0), ("hidden_act", ["gelu"]), ("num_attention_heads", 5),
+              ("hidden_dropout_prob", "0.1"), ("hidden_dropout_prob", 1.5), ("attention_probs_dropout_prob", -0.1),
+              ("initializer_range", -0.02), ("layer_norm_eps", "1e-12"), ("layer_norm_eps", None),
+              ("layer_norm_eps", -1e-12), ("layer_norm_eps", float("nan")), ("pad_token_id", -1),
+              # ALBERT-only fields on a BERT: they would build layers no BERT checkpoint fills
+              ("inner_group_num", 2), ("num_hidden_groups", 2), ("embedding_size", 16)]
+
+
+@pytest.mark.parametrize("field,value", BAD_FIELDS)
 def test_bad_config_fields_are_named_in_a_minibert_error(field, value):
     with pytest.raises(MiniBertError, match=f"'{field}'" if field != "num_attention_heads" else "hidden_size"):
-        BertConfig.from_dict({"hidden_size": 48, field: value})
+        BertConfig.from_dict({"hidden_size": 48, "num_hidden_layers": 4, field: value})
+
+
+def test_a_duplicated_bert_must_run_every_distinct_layer():
+    with pytest.raises(MiniBertError, match="'layer_order'.*every one of the 3 layers"):
+        BertConfig(num_hidden_layers=4, num_hidden_groups=3, layer_order=[0, 0, 1, 1])
+
 
 def test_keeping_only_the_last_hidden_state_changes_no_output():
     config = BertConfig(model_type="albert", vocab_size=60, embedding_size=8, hidden_size=16, num_hidden_layers=4,
