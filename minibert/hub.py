@@ -6,13 +6,16 @@ uses. It accepts
 * None or "minibert-gutenberg": the small model shipped inside the package;
 * a path to a folder (or to a file inside it, e.g. `bert_config.json`);
 * a known name such as "bert-base-uncased" or "albert-base-v2": the official
-  Google release archive is downloaded once into the cache folder, unpacked,
-  and found there on every later call without touching the network.
+  Google release archive is downloaded once into the cache folder, checked,
+  unpacked, and found there on every later call without touching the network.
 
 The cache folder is `$MINIBERT_CACHE` if set, else `~/.cache/minibert`:
 
-    <cache>/downloads/uncased_L-12_H-768_A-12.zip.part   while downloading
-    <cache>/bert-base-uncased/uncased_L-12_H-768_A-12/   after unpacking
+    <cache>/bert-base-uncased.lock                        held while downloading
+    <cache>/downloads/uncased_L-12_H-768_A-12.zip.part       while downloading
+    <cache>/downloads/uncased_L-12_H-768_A-12.zip.part.json  which version it is
+    <cache>/.bert-base-uncased.<random>.unpacking/         while unpacking
+    <cache>/bert-base-uncased/uncased_L-12_H-768_A-12/     after unpacking
         bert_config.json  vocab.txt  bert_model.ckpt.index  ...
 
 The archive itself is deleted once it has been unpacked. To install a model
@@ -20,9 +23,38 @@ by hand (e.g. on a machine without internet), download the archive yourself
 and unpack it into `<cache>/<name>/`, or simply pass the unpacked folder's
 path instead of the name.
 
-Downloads resume: an interrupted download leaves `<archive>.part`, and the next
-attempt asks the server for the remaining bytes with an HTTP Range request
-(starting again from zero if the server ignores it).
+One process at a time. Downloading and unpacking a name happen while holding
+an exclusive lock (fcntl.flock) on `<cache>/<name>.lock`; a second process
+asking for the same name waits, then finds the finished folder. The operating
+system drops the lock when its process dies, even by `kill -9`, so a crash
+never leaves the cache locked. Whatever a killed process left behind
+(`.<name>.*.unpacking` folders) is deleted by the next process that takes the
+lock. Where fcntl does not exist (Windows) there is no lock: do not download
+the same name from two processes at once there.
+
+Resuming. An interrupted download leaves `<archive>.part`, and beside it
+`<archive>.part.json` with the URL, the total size and the server's name for
+that version of the file (its ETag, else its Last-Modified date). The next
+attempt asks only for the missing bytes (`Range`), and only if the file is
+still that version (`If-Range`): a server whose file changed answers with the
+whole new file, and the download starts again from zero. The total in the
+answer's `Content-Range` must also match the saved size. A `.part` without
+its `.part.json` is not trusted and is downloaded again from zero.
+
+Verification. Before anything is unpacked, the archive is read to its end:
+every zip member's CRC-32 is checked, and for a .tar.gz the gzip trailer's
+CRC-32 and length (which `tarfile` alone never reaches). A corrupt archive is
+deleted, so the next attempt downloads it again. Member names that would
+land outside the folder are refused, and so is an archive that would unpack
+to more than `max_unpacked_bytes` (20 times its own size plus 100 MiB, or
+`$MINIBERT_MAX_UNPACKED_BYTES`): the sizes the members declare are added up
+before unpacking, and the bytes actually written are counted while unpacking.
+
+Refreshing. A download can unpack fine and still not load (a damaged
+checkpoint inside a valid archive, a missing config). Errors from loading a
+cached download say which cache folder it is; `force_download=True` (on
+resolve_model_dir, load_pretrained and load_tokenizer) deletes the cached copy
+and downloads it again, as does deleting `<cache>/<name>/` by hand.
 
 `MINIBERT_DOWNLOAD_URL_PREFIX`, if set, replaces the
 `https://storage.googleapis.com` at the start of every official URL, e.g. to
@@ -30,12 +62,15 @@ use a mirror or, in the tests, a local server:
 MINIBERT_DOWNLOAD_URL_PREFIX=http://127.0.0.1:8000
 """
 
+import contextlib
 import gzip
 import hashlib
 import http.client
 import os
+import re
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
 import urllib.error
@@ -48,6 +83,12 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from tqdm import tqdm
 
 from minibert.errors import MiniBertError
+from minibert.fileio import read_json_object, write_json
+
+try:
+    import fcntl  # Unix only
+except ImportError:
+    fcntl = None
 
 BUNDLED_MODEL_NAME = "minibert-gutenberg"
 BUNDLED_MODEL_DIR = Path(__file__).parent / "pretrained" / "minibert-gutenberg"
@@ -55,9 +96,17 @@ BUNDLED_MODEL_DIR = Path(__file__).parent / "pretrained" / "minibert-gutenberg"
 OFFICIAL_URL_PREFIX = "https://storage.googleapis.com"
 URL_PREFIX_VARIABLE = "MINIBERT_DOWNLOAD_URL_PREFIX"
 CACHE_VARIABLE = "MINIBERT_CACHE"
+MAX_UNPACKED_VARIABLE = "MINIBERT_MAX_UNPACKED_BYTES"
 CONFIG_FILE_NAMES = ("config.json", "bert_config.json", "albert_config.json")
 TIMEOUT_SECONDS = 60
 CHUNK_BYTES = 1 << 20
+# The default unpacking limit: MAX_UNPACK_RATIO * archive size + UNPACK_ALLOWANCE_BYTES.
+MAX_UNPACK_RATIO = 20
+UNPACK_ALLOWANCE_BYTES = 100 << 20
+
+# What a damaged archive raises from inside zipfile, tarfile, gzip and zlib.
+CORRUPT_ARCHIVE_ERRORS = (zipfile.BadZipFile, tarfile.TarError, gzip.BadGzipFile, zlib.error,
+                          EOFError, NotImplementedError)
 
 
 @dataclass(frozen=True)
@@ -78,7 +127,7 @@ def official_models():
 
     Sizes and checksums are left as None: minibert does not pin them (Google
     has not published digests for these archives), so only the length the
-    server announces is checked.
+    server announces and the archive's own CRC-32 checks are checked.
     """
     bert = f"{OFFICIAL_URL_PREFIX}/bert_models"
     models = [
@@ -138,12 +187,14 @@ def bundled_model_dir():
 # Resolving a name or path
 # ---------------------------------------------------------------------------
 
-def resolve_model_dir(name_or_path):
+def resolve_model_dir(name_or_path, *, force_download=False):
     """Turn what the user typed into the folder holding the model's files.
 
     Order: None / the bundled name, then an existing path (so a local folder
     that happens to be called "bert-base-uncased" wins), then a known name,
-    which is downloaded on first use.
+    which is downloaded on first use. `force_download=True` deletes the
+    cached copy of a known name and downloads it again; it does nothing for
+    a path or the bundled model, which minibert never downloaded.
     """
     if name_or_path is None or name_or_path == BUNDLED_MODEL_NAME:
         return bundled_model_dir()
@@ -157,7 +208,7 @@ def resolve_model_dir(name_or_path):
     if path.is_file():
         return path.parent
     if text in KNOWN_MODELS:
-        return download_model(text)
+        return download_model(text, force_download=force_download)
     raise MiniBertError(f"model {text!r} is neither an existing file or folder nor a "
                         f"known model name; known names: {KNOWN_NAMES_SHORT}")
 
@@ -178,16 +229,40 @@ def find_config_dir(folder, max_depth=3):
     return None
 
 
+def refresh_advice(name, target):
+    """How to replace the cached download of `name` in `target`, for error messages."""
+    return f"to download {name} again, pass force_download=True or delete {target}"
+
+
+def explain_cache_error(error, folder):
+    """`error`, raised while loading `folder`, plus which cached download it is, if it is one.
+
+    An archive can unpack fine and still hold a file that does not load (a
+    damaged checkpoint, a config missing). Without this note the user would
+    not know that the folder came from minibert's cache, nor how to replace
+    it. Returns `error` itself when `folder` is not in the default cache.
+    """
+    cache = default_cache_dir().resolve()
+    folder = Path(folder).resolve()
+    for name in KNOWN_MODELS:
+        target = cache / name
+        if folder == target or target in folder.parents:
+            return MiniBertError(f"{error} (the cached download of {name} in {target} is bad; "
+                                 f"{refresh_advice(name, target)})")
+    return error
+
+
 # ---------------------------------------------------------------------------
 # Downloading a known model
 # ---------------------------------------------------------------------------
 
-def download_model(name, *, cache_dir=None, url_prefix=None, progress=True):
-    """Download and unpack a known model once; return the folder with its config.
+def download_model(name, *, cache_dir=None, url_prefix=None, progress=True, force_download=False):
+    """Download, check and unpack a known model once; return the folder with its config.
 
     A second call finds the unpacked folder in the cache and does no network
     access. `cache_dir` defaults to default_cache_dir(); `url_prefix` to
-    $MINIBERT_DOWNLOAD_URL_PREFIX (else the official host).
+    $MINIBERT_DOWNLOAD_URL_PREFIX (else the official host). `force_download`
+    deletes what the cache holds for `name` and downloads it again.
     """
     if name == BUNDLED_MODEL_NAME:
         return bundled_model_dir()
@@ -197,14 +272,11 @@ def download_model(name, *, cache_dir=None, url_prefix=None, progress=True):
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = cache / name
 
-    if target.is_dir():
-        found = find_config_dir(target)
-        if found is None:
-            raise MiniBertError(f"{target}: cached model folder has no "
-                                f"{' / '.join(CONFIG_FILE_NAMES)}; delete it to download again")
-        return found
+    # The quick way, without the lock: `target` only ever appears by renaming
+    # a completely unpacked folder, so if it exists it is finished.
+    if target.is_dir() and not force_download:
+        return cached_config_dir(name, target)
 
-    url = model_url(model, url_prefix)
     downloads = cache / "downloads"
     try:
         downloads.mkdir(parents=True, exist_ok=True)
@@ -212,55 +284,138 @@ def download_model(name, *, cache_dir=None, url_prefix=None, progress=True):
         raise MiniBertError(f"cannot create the cache folder {downloads} ({e.strerror}); "
                             f"set {CACHE_VARIABLE} to a writable folder") from None
     archive = downloads / model.archive_name
-    if not archive.is_file():
-        try:
-            download_file(url, archive, size=model.size, sha256=model.sha256, progress=progress)
-        except MiniBertError as e:
-            raise MiniBertError(
-                f"{e}. The cache folder is {cache}; to install {name} by hand, download "
-                f"{model.url} yourself and unpack it into {target}, or pass the unpacked "
-                f"folder's path instead of the name") from None
 
-    unpack_archive(archive, target)
-    archive.unlink()
+    with cache_lock(cache / f"{name}.lock", name, progress):
+        remove_leftovers(cache, name, archive)
+        if force_download:
+            delete_cached(cache, name, archive)
+        elif target.is_dir():  # another process finished it while we waited for the lock
+            return cached_config_dir(name, target)
+
+        if not archive.is_file():
+            url = model_url(model, url_prefix)
+            try:
+                download_file(url, archive, size=model.size, sha256=model.sha256,
+                              progress=progress)
+            except MiniBertError as e:
+                raise MiniBertError(
+                    f"{e}. The cache folder is {cache}; to install {name} by hand, download "
+                    f"{model.url} yourself and unpack it into {target}, or pass the unpacked "
+                    f"folder's path instead of the name") from None
+        unpack_archive(archive, target)
+        archive.unlink()
+
     found = find_config_dir(target)
     if found is None:
         raise MiniBertError(f"{model.url}: the archive unpacked into {target} holds no "
-                            f"{' / '.join(CONFIG_FILE_NAMES)}")
+                            f"{' / '.join(CONFIG_FILE_NAMES)}; {refresh_advice(name, target)}")
     return found
 
 
+def cached_config_dir(name, target):
+    """The folder with the config inside the finished download `target`."""
+    found = find_config_dir(target)
+    if found is None:
+        raise MiniBertError(f"{target}: cached model folder has no "
+                            f"{' / '.join(CONFIG_FILE_NAMES)}; {refresh_advice(name, target)}")
+    return found
+
+
+@contextlib.contextmanager
+def cache_lock(path, name, progress=True):
+    """Hold an exclusive lock on the file `path` while downloading `name`.
+
+    A second process blocks here until the first is done. The lock file is
+    never deleted: a process could delete it while another waits on it, and
+    a third would then lock a new file alongside the second.
+    """
+    if fcntl is None:  # Windows: no flock; see the module docstring
+        yield
+        return
+    try:
+        lock_file = open(path, "a")  # "a" creates the file if needed and never truncates it
+    except OSError as e:
+        raise MiniBertError(f"cannot create the lock file {path} ({e.strerror}); "
+                            f"set {CACHE_VARIABLE} to a writable folder") from None
+    with lock_file:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # someone else holds it: say why we stop, then wait
+            if progress:
+                print(f"waiting for another process that is downloading {name} "
+                      f"(lock file {path})", file=sys.stderr)
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
+def remove_leftovers(cache, name, archive):
+    """Delete what a killed process left while unpacking or deleting `name`.
+
+    That is half-unpacked or half-deleted folders, and atomic_write's
+    temporary files for the `.part.json` record. Only called with the lock
+    held, so no live process is still using them. (The `.part` download is
+    kept on purpose: the next download resumes it.)
+    """
+    for pattern in (f".{name}.*.unpacking", f".{name}.*.deleting"):
+        for leftover in cache.glob(pattern):
+            shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in archive.parent.glob(f".{archive.name}.part.json.*.tmp"):
+        leftover.unlink(missing_ok=True)
+
+
+def delete_cached(cache, name, archive):
+    """Delete everything the cache holds for `name`: folder, archive, partial download."""
+    target = cache / name
+    if target.is_dir():
+        # Rename first, in one atomic step: if we are killed during the slow
+        # rmtree, what remains is a leftover that the next call deletes, not
+        # a half-deleted model folder that looks finished.
+        trash = cache / f".{name}.{os.getpid()}.deleting"
+        os.replace(target, trash)
+        shutil.rmtree(trash)
+    for file in (archive, *partial_files(archive)):
+        file.unlink(missing_ok=True)
+
+
+def partial_files(dest):
+    """An interrupted download of `dest`: the bytes so far, and what they are a prefix of."""
+    return dest.with_name(dest.name + ".part"), dest.with_name(dest.name + ".part.json")
+
+
 def download_file(url, dest, *, size=None, sha256=None, progress=True):
-    """Fetch `url` into the file `dest`, resuming from `dest.part` if present.
+    """Fetch `url` into the file `dest`, resuming from `dest.part` if that is safe.
 
     The finished file is checked (length from the server or `size`; `sha256`
     if given) and only then renamed to `dest`, so `dest` existing means the
     download completed. Any failure raises MiniBertError naming the URL.
     """
     dest = Path(dest)
-    part = dest.with_name(dest.name + ".part")
+    part, info_file = partial_files(dest)
     expected = size
 
     for attempt in range(2):  # a second try only after throwing a bad .part away
-        have = part.stat().st_size if part.exists() else 0
-        if size is not None and have > size:
-            have = 0  # longer than the whole file: cannot be a prefix of it
+        resume = resumable(part, info_file, url)
+        have = part.stat().st_size if resume else 0
         request = urllib.request.Request(url, headers={"User-Agent": "minibert"})
         if have:
+            # "Send the bytes from `have` on, but only if the file is still the
+            # version we started with; if it changed, send all of the new one."
             request.add_header("Range", f"bytes={have}-")
+            request.add_header("If-Range", resume["version"])
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
                 if have and response.status == 206:
-                    content_range = response.headers.get("Content-Range", "")
-                    if not content_range.startswith(f"bytes {have}-"):
-                        part.unlink()  # not the bytes we asked for: start over
+                    if range_total(response, have) != resume["size"]:
+                        forget_part(part, info_file)  # not the rest of our file: start over
                         continue
+                    expected = resume["size"]
                 else:
-                    have = 0  # a plain 200: the server ignored Range, so restart from zero
-                length = response.headers.get("Content-Length", "")
-                expected = have + int(length) if length.isdigit() else size
-                with open(part, "ab" if have else "wb") as f, tqdm(
-                        total=expected, initial=have, unit="B", unit_scale=True,
+                    # A 200: the file changed, or the server ignores Range. Start from zero.
+                    length = response.headers.get("Content-Length", "")
+                    expected = int(length) if length.isdigit() else size
+                    start_part(part, info_file, url, file_version(response), expected)
+                with open(part, "ab") as f, tqdm(
+                        total=expected, initial=part.stat().st_size, unit="B", unit_scale=True,
                         unit_divisor=1024, desc=dest.name, disable=not progress) as bar:
                     while chunk := response.read(CHUNK_BYTES):
                         f.write(chunk)
@@ -268,7 +423,7 @@ def download_file(url, dest, *, size=None, sha256=None, progress=True):
         except urllib.error.HTTPError as e:
             e.close()  # an HTTPError holds the open connection
             if e.code == 416 and have and attempt == 0:
-                part.unlink()  # "Range Not Satisfiable": our .part is wrong; start over
+                forget_part(part, info_file)  # "Range Not Satisfiable": our .part is wrong
                 continue
             raise MiniBertError(f"could not download {url}: HTTP {e.code} {e.reason}") from None
         except urllib.error.URLError as e:
@@ -284,17 +439,83 @@ def download_file(url, dest, *, size=None, sha256=None, progress=True):
         raise MiniBertError(f"could not download {url}: the connection ended after {got} "
                             f"of {expected} bytes (run again to resume)")
     if size is not None and got != size:
-        part.unlink()
+        forget_part(part, info_file)
         raise MiniBertError(f"could not download {url}: got {got} bytes, expected {size}; "
                             f"the bad download was deleted")
     if sha256 is not None:
         digest = file_sha256(part)
         if digest != sha256.lower():
-            part.unlink()
+            forget_part(part, info_file)
             raise MiniBertError(f"could not download {url}: sha256 is {digest}, expected "
                                 f"{sha256}; the bad download was deleted")
     os.replace(part, dest)
+    info_file.unlink(missing_ok=True)
     return dest
+
+
+def resumable(part, info_file, url):
+    """The saved {"url", "version", "size"} of the partial download `part`, or None.
+
+    None means "start from zero": there is no .part, or nothing says which
+    version of which file it is a prefix of, or it is not shorter than the
+    whole file.
+    """
+    if not part.is_file() or not info_file.is_file():
+        return None
+    try:
+        info = read_json_object(info_file)
+    except MiniBertError:  # a damaged .part.json: do not trust its .part either
+        return None
+    if (info.get("url") != url or not isinstance(info.get("version"), str)
+            or not isinstance(info.get("size"), int)):
+        return None
+    return info if 0 < part.stat().st_size < info["size"] else None
+
+
+def start_part(part, info_file, url, version, size):
+    """Empty `part` for a download from zero and record what it will hold.
+
+    The order matters. The old record goes first and the new one is written
+    only once `part` is empty, so a process killed in between leaves either
+    a .part with no record (downloaded again from zero) or an empty one:
+    never old bytes vouched for by the new version's record. Without a
+    version or a size there is nothing to check a resume against, so no
+    record is written and an interrupted download starts again from zero.
+    """
+    info_file.unlink(missing_ok=True)
+    part.write_bytes(b"")
+    if version and size:
+        write_json(info_file, {"url": url, "version": version, "size": size})
+
+
+def forget_part(part, info_file):
+    info_file.unlink(missing_ok=True)
+    part.unlink(missing_ok=True)
+
+
+def file_version(response):
+    """The server's name for this version of the file, for If-Range, or None.
+
+    A strong ETag if there is one (a weak one, W/"...", is not allowed in
+    If-Range), else the Last-Modified date.
+    """
+    etag = response.headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return response.headers.get("Last-Modified")
+
+
+def range_total(response, start):
+    """The TOTAL of a 206 answer's `Content-Range: bytes START-END/TOTAL`.
+
+    None if the header is missing or malformed, the total is unknown ("*"),
+    or the range does not begin at `start`, the byte we asked for.
+    """
+    content_range = response.headers.get("Content-Range", "").strip()
+    match = re.fullmatch(r"bytes (\d+)-\d+/(\d+)", content_range)
+    if match is None or int(match.group(1)) != start:
+        return None
+    return int(match.group(2))
 
 
 def file_sha256(path):
@@ -306,78 +527,167 @@ def file_sha256(path):
 
 
 # ---------------------------------------------------------------------------
-# Unpacking, safely
+# Checking and unpacking, safely
 # ---------------------------------------------------------------------------
 
-def unpack_archive(archive, dest):
-    """Unpack a .zip or .tar.gz into the new folder `dest`, all or nothing.
+def unpack_archive(archive, dest, *, max_bytes=None):
+    """Check a .zip or .tar.gz, then unpack it into the new folder `dest`, all or nothing.
 
-    Members are written into a temporary folder next to `dest`, which is
-    renamed to `dest` only when everything is out. A member whose name would
-    land outside the folder ("../x", "/etc/x") makes the whole archive be
-    refused; links and device files are skipped (the releases have none).
-    A corrupt archive is deleted so that the next attempt downloads it again.
+    First the archive is read to its end and checked (check_zip, check_tar),
+    before anything is written: a corrupt archive is deleted, so that the
+    next attempt downloads it again. A member whose name would land outside
+    the folder ("../x", "/etc/x"), or members adding up to more than
+    `max_bytes` (default: max_unpacked_bytes(archive)), make the whole
+    archive be refused.
+
+    Members are then written into a temporary folder next to `dest`, which
+    is renamed to `dest` only when everything is out, counting the bytes
+    written against the same limit. Links and device files are skipped (the
+    releases have none).
     """
     archive, dest = Path(archive), Path(dest)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".unpacking", dir=dest.parent))
+    if archive.name.endswith(".zip"):
+        check, unpack = check_zip, unpack_zip
+    elif archive.name.endswith((".tar.gz", ".tgz", ".tar")):
+        check, unpack = check_tar, unpack_tar
+    else:
+        raise MiniBertError(f"{archive}: expected a .zip or .tar.gz archive")
+    limit = max_unpacked_bytes(archive) if max_bytes is None else max_bytes
     try:
+        check(archive, limit)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".unpacking",
+                                    dir=dest.parent))
         try:
-            if archive.name.endswith(".zip"):
-                unpack_zip(archive, tmp)
-            elif archive.name.endswith((".tar.gz", ".tgz", ".tar")):
-                unpack_tar(archive, tmp)
-            else:
-                raise MiniBertError(f"{archive}: expected a .zip or .tar.gz archive")
-        except (zipfile.BadZipFile, tarfile.TarError, gzip.BadGzipFile, zlib.error,
-                EOFError, NotImplementedError) as e:
-            archive.unlink()
-            raise MiniBertError(f"{archive}: corrupt archive ({e}); it was deleted, "
-                                f"run again to download it anew") from None
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            unpack(archive, tmp, ByteBudget(archive, limit))
+            os.replace(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except CORRUPT_ARCHIVE_ERRORS as e:
+        archive.unlink()
+        raise MiniBertError(f"{archive}: corrupt archive ({e}); it was deleted, "
+                            f"run again to download it anew") from None
 
 
-def member_path(root, name, archive):
-    """Where the archive member `name` goes under `root`; refuses escapes."""
+def max_unpacked_bytes(archive):
+    """How many bytes `archive` may unpack to.
+
+    $MINIBERT_MAX_UNPACKED_BYTES if set, else 20 times the archive's size
+    plus 100 MiB. Google's archives hold mostly float32 weights, which barely
+    compress, so they unpack to about their own size: the default is
+    generous, yet refuses a "zip bomb" that would turn a few megabytes into
+    gigabytes and fill the disk.
+    """
+    text = os.environ.get(MAX_UNPACKED_VARIABLE, "").strip()
+    if text:
+        if not text.isdigit():
+            raise MiniBertError(f"{MAX_UNPACKED_VARIABLE}={text!r}: expected a whole number "
+                                f"of bytes")
+        return int(text)
+    return MAX_UNPACK_RATIO * Path(archive).stat().st_size + UNPACK_ALLOWANCE_BYTES
+
+
+def too_big(archive, amount, limit):
+    return MiniBertError(f"{archive}: refusing to unpack {amount} bytes, more than the "
+                         f"limit of {limit}; if you trust this archive, set "
+                         f"{MAX_UNPACKED_VARIABLE} to a larger number of bytes")
+
+
+class ByteBudget:
+    """Counts the bytes unpacked so far and stops at the limit.
+
+    The declared sizes were added up before unpacking, but they are only what
+    the archive claims; counting the bytes actually written cannot be fooled.
+    """
+
+    def __init__(self, archive, limit):
+        self.archive, self.limit, self.used = archive, limit, 0
+
+    def spend(self, count):
+        self.used += count
+        if self.used > self.limit:
+            raise too_big(self.archive, f"at least {self.used}", self.limit)
+
+
+def safe_parts(name, archive):
+    """The path parts of the archive member `name`; refuses names that escape."""
     posix = PurePosixPath(name.replace("\\", "/"))
     if (posix.is_absolute() or PureWindowsPath(name).drive or ".." in posix.parts):
         raise MiniBertError(f"{archive}: refusing to unpack member {name!r}: it would be "
                             f"written outside the target folder")
-    return root.joinpath(*posix.parts)
+    return posix.parts
 
 
-def copy_member(source, target):
+def check_members(archive, sizes, limit):
+    """Refuse escaping names and a declared total over `limit`; `sizes` is [(name, bytes)]."""
+    total = 0
+    for name, size in sizes:
+        safe_parts(name, archive)
+        total += size
+    if total > limit:
+        raise too_big(archive, total, limit)
+
+
+def copy_member(source, target, budget):
     target.parent.mkdir(parents=True, exist_ok=True)
     with source, open(target, "wb") as out:
-        shutil.copyfileobj(source, out, CHUNK_BYTES)
+        while chunk := source.read(CHUNK_BYTES):
+            budget.spend(len(chunk))
+            out.write(chunk)
 
 
-def unpack_zip(archive, root):
+def check_zip(archive, limit):
+    """Check names and declared sizes, then read every member to its end.
+
+    Reading a zip member to its end makes zipfile compare its CRC-32 with
+    the one stored in the archive; testzip does that for every member and
+    names the first that fails.
+    """
     with zipfile.ZipFile(archive) as zf:
-        members = zf.infolist()
-        for info in members:  # check every name before writing anything
-            member_path(root, info.filename, archive)
-        for info in members:
-            target = member_path(root, info.filename, archive)
+        check_members(archive, [(info.filename, info.file_size) for info in zf.infolist()], limit)
+        bad = zf.testzip()
+        if bad is not None:
+            raise zipfile.BadZipFile(f"member {bad!r} fails its CRC-32 check")
+
+
+def unpack_zip(archive, root, budget):
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            target = root.joinpath(*safe_parts(info.filename, archive))
             if info.is_dir():
                 target.mkdir(parents=True, exist_ok=True)
             elif stat.S_ISLNK(info.external_attr >> 16):
                 continue  # a symbolic link (Unix zips keep the mode in the high bits)
             else:
-                copy_member(zf.open(info), target)
+                copy_member(zf.open(info), target, budget)
 
 
-def unpack_tar(archive, root):
+def check_tar(archive, limit):
+    """Read a .tar.gz to its end, then check names and declared sizes.
+
+    tarfile stops at the tar's own end marker and never reads the gzip
+    trailer, whose CRC-32 and length are the only check on the data. So the
+    whole gzip stream is decompressed here first (gzip checks the trailer on
+    reaching it), stopping early if it grows past the limit.
+    """
+    if archive.name.endswith((".tar.gz", ".tgz")):
+        unpacked = 0
+        with gzip.open(archive, "rb") as stream:
+            while chunk := stream.read(CHUNK_BYTES):
+                unpacked += len(chunk)
+                if unpacked > limit:
+                    raise too_big(archive, f"at least {unpacked}", limit)
     with tarfile.open(archive) as tf:
-        members = tf.getmembers()
-        for member in members:
-            member_path(root, member.name, archive)
-        for member in members:
-            target = member_path(root, member.name, archive)
+        sizes = [(member.name, member.size if member.isfile() else 0) for member in tf]
+    check_members(archive, sizes, limit)
+
+
+def unpack_tar(archive, root, budget):
+    with tarfile.open(archive) as tf:
+        for member in tf:
+            target = root.joinpath(*safe_parts(member.name, archive))
             if member.isdir():
                 target.mkdir(parents=True, exist_ok=True)
             elif member.isfile():
-                copy_member(tf.extractfile(member), target)
+                copy_member(tf.extractfile(member), target, budget)
             # links, devices, fifos: skipped

@@ -469,10 +469,10 @@ def test_bundled_model_is_the_default_and_upcast_from_fp16(bundled):
 
 def test_bundled_model_equals_transformers(bundled, transformers):
     model, tokenizer = bundled
-    # transformers 5 calls it `dtype`, 4.x `torch_dtype`
-    dtype_argument = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    hf_model, info = transformers.BertForMaskedLM.from_pretrained(str(BUNDLED_MODEL_DIR), output_loading_info=True,
-                                                                  **{dtype_argument: torch.float32})
+    # No dtype argument: the fp16 weights' config says "dtype": "float32", so
+    # transformers upcasts as minibert does (its 5.x default dtype="auto" would
+    # otherwise run float16 on the CPU, and fine-tuning that reaches NaN).
+    hf_model, info = transformers.BertForMaskedLM.from_pretrained(str(BUNDLED_MODEL_DIR), output_loading_info=True)
     assert hf_model.dtype == torch.float32
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     batch = tokenizer.batch_encode(["she opened the [MASK] and walked into the room.", "the cat sat on the mat.",
@@ -554,6 +554,49 @@ def test_config_that_disagrees_with_the_weights(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(values))
     one_line_error(tmp_path, str(tmp_path / "model.safetensors"), "shape mismatches",
                    "bert.embeddings.word_embeddings.weight: config says [99, 48], file has [99, 32]")
+
+
+def edit_config(folder, **changes):
+    values = json.loads((folder / "config.json").read_text())
+    values.update(changes)
+    (folder / "config.json").write_text(json.dumps(values))
+
+
+@pytest.mark.parametrize("field,value,fragment", [
+    ("hidden_dropout_prob", "0.1", "a probability in [0, 1)"),
+    ("layer_norm_eps", float("nan"), "a finite number > 0"),
+    ("initializer_range", -0.02, "a finite number >= 0"),
+    ("inner_group_num", 2, "1 for a BERT model"),          # would build 6 layers, of which the file fills 3
+    ("num_hidden_groups", 2, "for a BERT model"),          # used to fail with "ValueError: 1 is not in list"
+])
+def test_bad_config_field_is_named_with_its_file(tmp_path, field, value, fragment):
+    saved_tiny(tmp_path)
+    edit_config(tmp_path, **{field: value})
+    one_line_error(tmp_path, str(tmp_path / "config.json"), f"'{field}'", fragment)
+
+
+def test_saved_half_precision_weights_say_float32_for_other_tools(tmp_path, transformers):
+    model = randomize(BertModel(tiny_bert())).half()
+    save_pretrained(model, tmp_path)
+    values = json.loads((tmp_path / "config.json").read_text())
+    assert values["dtype"] == values["torch_dtype"] == "float32"
+    assert load_safetensors(tmp_path / "model.safetensors")["bert.pooler.dense.weight"].dtype == torch.float16
+    assert transformers.BertForPreTraining.from_pretrained(str(tmp_path)).dtype == torch.float32
+
+
+def test_huge_vocabulary_next_to_a_small_file_is_refused_before_allocating(tmp_path):
+    import time
+    saved_tiny(tmp_path)
+    edit_config(tmp_path, vocab_size=10**9)                # 10^9 x 32 floats would be 128 GB
+    started = time.perf_counter()
+    one_line_error(tmp_path, "word_embeddings.weight: config says [1000000000, 32], file has [99, 32]")
+    assert time.perf_counter() - started < 5
+
+
+def test_a_million_layers_next_to_a_three_layer_file_is_refused_at_once(tmp_path):
+    saved_tiny(tmp_path)
+    edit_config(tmp_path, num_hidden_layers=10**6)
+    one_line_error(tmp_path, "asks for 1000000 distinct layers", "file holds only")
 
 
 def test_weights_with_an_unexpected_head(tmp_path):

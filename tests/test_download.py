@@ -2,12 +2,15 @@
 
 The server runs in a thread on 127.0.0.1 and serves archives the tests build.
 It logs each request's path and Range header, and can be told to honour
-Range, ignore it, answer 404, or hang up half-way through a response.
+Range, ignore it, answer 404, or hang up half-way through a response. Like
+Google's servers it sends an ETag and honours If-Range (answering with the
+whole file when the ETag given is not the current one).
 """
 
 import dataclasses
 import hashlib
 import io
+import json
 import re
 import socket
 import tarfile
@@ -71,13 +74,20 @@ BERT_ZIP = make_zip(BERT_FILES)
 ALBERT_TAR = make_tar_gz(ALBERT_FILES)
 
 
+def etag(body):
+    return '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+
+
 class FakeServer:
     """What the handler serves and what it saw."""
 
     def __init__(self):
         self.files = {BERT_PATH: BERT_ZIP, ALBERT_PATH: ALBERT_TAR}
-        self.mode = "range"     # "range" | "ignore-range" | "404" | "hang-up"
+        self.mode = "range"     # "range" | "ignore-range" | "404" | "hang-up" | "gate"
+        self.honour_if_range = True
+        self.gate = threading.Event()  # mode "gate": send 3000 bytes, wait for this, send the rest
         self.requests = []      # (path, Range header or None, status sent)
+        self.if_ranges = []     # the If-Range header of each request, or None
         self.url = None
 
 
@@ -90,8 +100,11 @@ def make_handler(state):
                 state.requests.append((self.path, range_header, 404))
                 self.send_error(404, "Not Found")
                 return
+            if_range = self.headers.get("If-Range")
+            state.if_ranges.append(if_range)
             status, start = 200, 0
-            if range_header and state.mode == "range":
+            same_version = if_range is None or if_range == etag(body) or not state.honour_if_range
+            if range_header and state.mode in ("range", "hang-up") and same_version:
                 start = int(re.fullmatch(r"bytes=(\d+)-", range_header).group(1))
                 status = 206
             state.requests.append((self.path, range_header, status))
@@ -99,9 +112,15 @@ def make_handler(state):
             if status == 206:
                 self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
             self.send_header("Content-Length", str(len(body) - start))
+            self.send_header("ETag", etag(body))
             self.end_headers()
-            if state.mode == "hang-up":
-                self.wfile.write(body[start:start + 3000])  # then close the connection
+            if state.mode in ("hang-up", "gate"):
+                self.wfile.write(body[start:start + 3000])
+                if state.mode == "hang-up":
+                    return  # close the connection half-way
+                self.wfile.flush()
+                state.gate.wait(timeout=30)
+                self.wfile.write(body[start + 3000:])
                 return
             self.wfile.write(body[start:])
 
@@ -120,6 +139,7 @@ def server():
     thread.start()
     state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
     yield state
+    state.gate.set()  # never leave a handler waiting
     httpd.shutdown()
     httpd.server_close()
     thread.join()
@@ -141,6 +161,10 @@ def assert_unpacked(folder, files):
 def leftovers(cache):
     """Everything in the cache folder, as relative paths."""
     return sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
+
+
+# What the cache holds after a failed download: the lock file stays (see cache_lock).
+EMPTY_CACHE = [f"{BERT_NAME}.lock", "downloads"]
 
 
 # ---------------------------------------------------------------------------
@@ -183,23 +207,24 @@ def part_file(cache, archive="uncased_L-2_H-128_A-2.zip"):
     return cache / "downloads" / f"{archive}.part"
 
 
-def test_resume_partial_download_with_range(server, cache):
+def test_part_without_its_record_is_downloaded_from_zero(server, cache):
+    # Nothing says which version of the file these bytes belong to: not resumed.
     part = part_file(cache)
     part.parent.mkdir(parents=True)
-    part.write_bytes(BERT_ZIP[:1000])
+    part.write_bytes(b"garbage that must not end up in the archive" * 20)
     folder = resolve_model_dir(BERT_NAME)
-    assert server.requests == [(BERT_PATH, "bytes=1000-", 206)]
+    assert server.requests == [(BERT_PATH, None, 200)]
     assert_unpacked(folder, BERT_FILES)
     assert not part.exists()
 
 
 def test_server_ignoring_range_restarts_from_zero(server, cache):
+    server.mode = "hang-up"
+    with pytest.raises(MiniBertError, match="resume"):
+        resolve_model_dir(BERT_NAME)
     server.mode = "ignore-range"
-    part = part_file(cache)
-    part.parent.mkdir(parents=True)
-    part.write_bytes(b"garbage that must not end up in the archive" * 20)
     folder = resolve_model_dir(BERT_NAME)
-    assert server.requests == [(BERT_PATH, "bytes=860-", 200)]
+    assert server.requests == [(BERT_PATH, None, 200), (BERT_PATH, "bytes=3000-", 200)]
     assert_unpacked(folder, BERT_FILES)
 
 
@@ -211,13 +236,18 @@ def test_interrupted_download_resumes_next_time(server, cache):
     assert server.url + BERT_PATH in message and "resume" in message
     part = part_file(cache)
     have = part.stat().st_size
-    assert 0 < have < len(BERT_ZIP)
+    assert have == 3000
     assert not (cache / BERT_NAME).exists()
+    record = json.loads(part.with_name(part.name + ".json").read_text())
+    assert record == {"url": server.url + BERT_PATH, "version": etag(BERT_ZIP),
+                      "size": len(BERT_ZIP)}
 
     server.mode = "range"
     folder = resolve_model_dir(BERT_NAME)
     assert server.requests[-1] == (BERT_PATH, f"bytes={have}-", 206)
+    assert server.if_ranges[-1] == etag(BERT_ZIP)  # "only if it is still that version"
     assert_unpacked(folder, BERT_FILES)
+    assert not list((cache / "downloads").iterdir())
 
 
 # ---------------------------------------------------------------------------
@@ -234,12 +264,12 @@ def test_checksum_mismatch_leaves_nothing_that_looks_complete(server, cache, mon
     with pytest.raises(MiniBertError, match="sha256") as info:
         resolve_model_dir(BERT_NAME)
     assert server.url + BERT_PATH in str(info.value)
-    assert leftovers(cache) == ["downloads"]
+    assert leftovers(cache) == EMPTY_CACHE
 
     with_expected(monkeypatch, BERT_NAME, size=len(BERT_ZIP) + 1)
     with pytest.raises(MiniBertError, match="expected"):
         resolve_model_dir(BERT_NAME)
-    assert leftovers(cache) == ["downloads"]
+    assert leftovers(cache) == EMPTY_CACHE
 
     with_expected(monkeypatch, BERT_NAME, size=len(BERT_ZIP),
                   sha256=hashlib.sha256(BERT_ZIP).hexdigest())
@@ -255,7 +285,7 @@ def test_404_names_the_url_and_the_cache(server, cache):
     assert "404" in message
     assert str(cache) in message and "by hand" in message
     assert "\n" not in message
-    assert leftovers(cache) == ["downloads"]
+    assert leftovers(cache) == EMPTY_CACHE
 
 
 def test_connection_refused(cache, monkeypatch):
@@ -306,14 +336,21 @@ def test_corrupt_archive_is_deleted(server, cache):
     server.files[BERT_PATH] = b"PK\x03\x04 not really a zip" * 10
     with pytest.raises(MiniBertError, match="corrupt archive"):
         resolve_model_dir(BERT_NAME)
-    assert leftovers(cache) == ["downloads"]
+    assert leftovers(cache) == EMPTY_CACHE
 
 
 def test_cached_folder_without_config(server, cache):
     (cache / BERT_NAME / "something").mkdir(parents=True)
-    with pytest.raises(MiniBertError, match="delete it to download again"):
+    with pytest.raises(MiniBertError) as info:
         resolve_model_dir(BERT_NAME)
+    assert str(info.value) == (
+        f"{cache / BERT_NAME}: cached model folder has no config.json / bert_config.json / "
+        f"albert_config.json; to download {BERT_NAME} again, pass force_download=True or "
+        f"delete {cache / BERT_NAME}")
     assert server.requests == []
+    folder = resolve_model_dir(BERT_NAME, force_download=True)
+    assert_unpacked(folder, BERT_FILES)
+    assert not (cache / BERT_NAME / "something").exists()
 
 
 # ---------------------------------------------------------------------------

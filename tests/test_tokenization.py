@@ -366,7 +366,7 @@ def test_load_by_name_goes_through_the_hub(tmp_path, monkeypatch):
     write_vocab(tmp_path / "resolved", UNCASED_TOKENS)
     asked = []
 
-    def resolve_model_dir(name_or_path):
+    def resolve_model_dir(name_or_path, force_download=False):
         asked.append(name_or_path)
         return tmp_path / "resolved"
 

@@ -34,23 +34,28 @@ from minibert.tokenization import TOKENIZER_FILES, load_tokenizer
 GOOGLE_CONFIG_FILES = ("bert_config.json", "albert_config.json")
 
 
-def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False):
+def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, force_download=False):
     """Return a BertModel (in eval mode) from a folder, a file inside one, a
     known model name, or None for the bundled default model. The model's
-    `load_report` says what was loaded and skipped; `source_dir` is the folder."""
-    from minibert.hub import resolve_model_dir
-    folder = Path(resolve_model_dir(name_or_path))
+    `load_report` says what was loaded and skipped; `source_dir` is the folder.
+    `force_download=True` deletes the cached download of a known name and
+    downloads it again (e.g. after an error saying the cached copy is bad)."""
+    from minibert.hub import explain_cache_error, resolve_model_dir
+    folder = Path(resolve_model_dir(name_or_path, force_download=force_download))
 
-    google_config = next((folder / n for n in GOOGLE_CONFIG_FILES if (folder / n).is_file()), None)
-    if (folder / "config.json").is_file() and any((folder / n).is_file() for n in ("model.safetensors", "pytorch_model.bin")):
-        model = load_huggingface_folder(folder)
-    elif google_config is not None:
-        model = load_google_folder(folder, google_config)
-    else:
-        raise MiniBertError(
-            f"{folder}: no checkpoint found; expected config.json with model.safetensors or "
-            f"pytorch_model.bin (Hugging Face), or bert_config.json / albert_config.json with a "
-            f"TensorFlow checkpoint (*.index + *.data-*)")
+    try:
+        google_config = next((folder / n for n in GOOGLE_CONFIG_FILES if (folder / n).is_file()), None)
+        if (folder / "config.json").is_file() and any((folder / n).is_file() for n in ("model.safetensors", "pytorch_model.bin")):
+            model = load_huggingface_folder(folder)
+        elif google_config is not None:
+            model = load_google_folder(folder, google_config)
+        else:
+            raise MiniBertError(
+                f"{folder}: no checkpoint found; expected config.json with model.safetensors or "
+                f"pytorch_model.bin (Hugging Face), or bert_config.json / albert_config.json with a "
+                f"TensorFlow checkpoint (*.index + *.data-*)")
+    except MiniBertError as e:  # if the folder is a cached download, say so and how to refresh it
+        raise explain_cache_error(e, folder) from None
     if verbose:
         print(model.load_report)
     model.source_dir = folder
@@ -132,7 +137,12 @@ def build_and_fill(config, tensors, skipped, source_format, source):
     heads = detect_heads(tensors, source_format)
     if heads["with_pair_head"] and not heads["with_pooler"]:
         heads["with_pair_head"] = False  # nothing to feed it; reported as unexpected below
-    model = BertModel(config, **heads)
+    check_layer_count(config, tensors, source)
+    # Build the model on the "meta" device first: modules and shapes, but no
+    # memory. A config that disagrees with the file (a vocabulary of 10^9, say)
+    # is then an error below before anything is allocated.
+    with torch.device("meta"):
+        model = BertModel(config, **heads)
     report = LoadReport(source=source, skipped=list(skipped))
 
     # A tied duplicated BERT stores its copies at the extra depths: skip them.
@@ -142,7 +152,8 @@ def build_and_fill(config, tensors, skipped, source_format, source):
             tensors.pop(name)
             report.skipped.append((name, f"tied copy of layer {layer}"))
 
-    ours = model.state_dict()
+    ours = model.state_dict()                      # meta tensors: names and shapes only
+    values = {}                                    # our name -> the file's tensor, checked
     remaining = dict(tensors)
     for name in expand(module_rows(config, **heads), source_format):
         if name.theirs not in remaining:
@@ -161,17 +172,40 @@ def build_and_fill(config, tensors, skipped, source_format, source):
                                 f"floating-point weight (float16, bfloat16, float32 or float64)")
         if name.transpose:
             value = value.T
-        target = ours[name.ours]
-        if tuple(value.shape) != tuple(target.shape):
-            report.shape_mismatches.append((name.theirs, tuple(target.shape), tuple(value.shape)))
+        if tuple(value.shape) != tuple(ours[name.ours].shape):
+            report.shape_mismatches.append((name.theirs, tuple(ours[name.ours].shape), tuple(value.shape)))
             continue
-        with torch.no_grad():
-            target.copy_(value.to(target.dtype))
+        values[name.ours] = value
         report.loaded.append(name.theirs)
     report.unexpected = sorted(remaining)
+    # Every parameter must come from the file: one the name map has no row
+    # for would otherwise keep random values without a word.
+    mapped = {name.ours for name in expand(module_rows(config, **heads), source_format)}
+    report.missing += [f"{name} (no row in the name map)" for name in ours if name not in mapped]
     report.raise_if_bad()
+
+    model.to_empty(device="cpu")                   # real memory, not yet initialised: every tensor is filled now
+    with torch.no_grad():
+        for name, target in model.state_dict().items():
+            target.copy_(values[name].to(target.dtype))
     model.load_report = report
     return model
+
+
+# Tensors in one transformer layer: Q, K, V, W^O, W1, W2 (weight and bias
+# each) and two LayerNorms (gain and bias each).
+TENSORS_PER_LAYER = 16
+
+
+def check_layer_count(config, tensors, source):
+    """A config asking for more distinct layers than the file could hold is
+    refused before any model is built (even on the meta device, a million
+    layers take minutes to construct)."""
+    distinct_layers = config.num_groups * config.inner_group_num
+    if distinct_layers * TENSORS_PER_LAYER > len(tensors):
+        raise MiniBertError(f"{source}: the config asks for {distinct_layers} distinct layers "
+                            f"({distinct_layers * TENSORS_PER_LAYER} tensors), but the file holds only "
+                            f"{len(tensors)} tensors")
 
 
 # ----------------------------------------------------------------------------
@@ -203,6 +237,12 @@ def huggingface_config(model):
                       inner_group_num=config.inner_group_num)
     if config.layer_order is not None:
         values["layer_order"] = list(config.layer_order)
+    # minibert computes in float32 whatever dtype the file stores (the bundled
+    # model's weights are float16, to halve the download). Say so for other
+    # tools: transformers 5 reads "dtype" (its default dtype="auto" would
+    # otherwise run float16 on the CPU, where fine-tuning reaches NaN loss),
+    # transformers 4 reads "torch_dtype".
+    values.update(dtype="float32", torch_dtype="float32")
     return values
 
 
