@@ -580,13 +580,14 @@ def _vocab_from_tokenizer_json(path):
     return model["vocab"]
 
 
-def load_tokenizer(name_or_path=None):
+def load_tokenizer(name_or_path=None, *, force_download=False):
     """The tokenizer of a model folder, a tokenizer file, or a model name.
 
     name_or_path: a folder holding vocab.txt, spiece.model, 30k-clean.model,
     assets/*.model (TF-Hub) or tokenizer.json (WordPiece only); a path to one
     such file; or a name (or None for the bundled default model) that
-    minibert.hub resolves to a folder.
+    minibert.hub resolves to a folder. force_download=True deletes the cached
+    download of a known name and downloads it again.
 
     Lower-casing (do_lower_case) is decided by the first of these that answers:
       1. "do_lower_case" in tokenizer_config.json in the folder;
@@ -602,19 +603,24 @@ def load_tokenizer(name_or_path=None):
         path = pathlib.Path(name_or_path)
     else:  # a model name: the hub module knows where (or whether) it is cached
         from minibert.hub import resolve_model_dir
-        path = pathlib.Path(resolve_model_dir(None if name_or_path is None else str(name_or_path)))
-    folder = path if path.is_dir() else path.parent
-    file = _find_tokenizer_file(path) if path.is_dir() else path
-    config = _read_tokenizer_config(folder)
-    lower = config.get("do_lower_case")
+        name = None if name_or_path is None else str(name_or_path)
+        path = pathlib.Path(resolve_model_dir(name, force_download=force_download))
+    try:
+        folder = path if path.is_dir() else path.parent
+        file = _find_tokenizer_file(path) if path.is_dir() else path
+        config = _read_tokenizer_config(folder)
+        lower = config.get("do_lower_case")
 
-    if file.suffix == ".model":
-        return sentencepiece_tokenizer(file, do_lower_case=True if lower is None else lower)
-    vocab = _vocab_from_tokenizer_json(file) if file.suffix == ".json" else read_vocab(file)
-    if lower is None and (folder / "tokenizer.json").is_file():
-        lower = _tokenizer_json_lowercase(read_json_object(folder / "tokenizer.json"))
-    if lower is None:
-        lower = casing_from_folder_name(folder.name)
-    if lower is None:
-        lower = casing_from_vocab(vocab)
-    return _wordpiece_from_vocab(vocab, lower, source=str(file))
+        if file.suffix == ".model":
+            return sentencepiece_tokenizer(file, do_lower_case=True if lower is None else lower)
+        vocab = _vocab_from_tokenizer_json(file) if file.suffix == ".json" else read_vocab(file)
+        if lower is None and (folder / "tokenizer.json").is_file():
+            lower = _tokenizer_json_lowercase(read_json_object(folder / "tokenizer.json"))
+        if lower is None:
+            lower = casing_from_folder_name(folder.name)
+        if lower is None:
+            lower = casing_from_vocab(vocab)
+        return _wordpiece_from_vocab(vocab, lower, source=str(file))
+    except MiniBertError as e:  # if the folder is a cached download, say so and how to refresh it
+        from minibert.hub import explain_cache_error  # imported only when needed, like resolve_model_dir
+        raise explain_cache_error(e, path) from None
