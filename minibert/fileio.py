@@ -79,12 +79,24 @@ def atomic_write(path, mode="wb"):
 
 
 def read_json_object(path):
-    """A JSON file holding one object (a config), or a MiniBertError naming the file."""
+    """A JSON file holding one object (a config), or a MiniBertError naming the file.
+
+    Every way the parse can fail ends in a MiniBertError: bad JSON, bad UTF-8,
+    nesting deeper than Python's recursion limit, and integers longer than
+    Python's limit on integer digits (a guard against slow conversions).
+    """
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
-    except (OSError, ValueError) as e:  # ValueError covers bad JSON and bad UTF-8
+    except OSError as e:
+        raise MiniBertError(f"{path}: cannot read JSON ({e.strerror or e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # bad JSON, bad UTF-8
         raise MiniBertError(f"{path}: cannot read JSON ({e})") from None
+    except ValueError:  # the one other ValueError json raises: Python's integer-digit limit
+        raise MiniBertError(f"{path}: cannot read JSON (an integer with more digits "
+                            f"than Python converts)") from None
+    except RecursionError:  # json recurses once per nested [ or {
+        raise MiniBertError(f"{path}: cannot read JSON (nested too deeply)") from None
     if not isinstance(values, dict):
         raise MiniBertError(f"{path}: expected a JSON object")
     return values

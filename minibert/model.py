@@ -553,6 +553,8 @@ class BertModel(nn.Module):
         """Google's initialisation: truncated-normal-like N(0, 0.02) weights,
         zero biases, LayerNorm as identity."""
         std = self.config.initializer_range
+        if any(p.is_meta for p in module.parameters(recurse=False)):
+            return  # a model built on the "meta" device has shapes but no values to set
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=std)
             if isinstance(module, nn.Linear):

@@ -528,11 +528,14 @@ def _read_tokenizer_config(folder):
     return config
 
 
-def _tokenizer_json_lowercase(spec):
+def _tokenizer_json_lowercase(spec, path):
     """The "lowercase" flag of a tokenizer.json's BertNormalizer, or None."""
     normalizer = spec.get("normalizer")
     if isinstance(normalizer, dict) and normalizer.get("type") == "BertNormalizer":
-        return normalizer.get("lowercase")
+        lowercase = normalizer.get("lowercase")
+        if lowercase is not None and not isinstance(lowercase, bool):
+            raise MiniBertError(f"{path}: normalizer.lowercase = {lowercase!r}; expected true or false")
+        return lowercase
     return None
 
 
@@ -577,7 +580,15 @@ def _vocab_from_tokenizer_json(path):
     if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
         raise MiniBertError(f"{path}: only WordPiece tokenizer.json files are supported "
                             f"(for SentencePiece models minibert reads the spiece.model file)")
-    return model["vocab"]
+    vocab = model["vocab"]
+    # Ids index the embedding matrix: they must be the integers 0..V-1, each once.
+    bad = next((token for token, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool)), None)
+    if bad is not None:
+        raise MiniBertError(f"{path}: model.vocab[{bad!r}] = {vocab[bad]!r}; expected an integer id")
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise MiniBertError(f"{path}: model.vocab ids are not 0..{len(vocab) - 1}, each once "
+                            f"(duplicate, negative or missing ids)")
+    return vocab
 
 
 def load_tokenizer(name_or_path=None, *, force_download=False):
@@ -615,7 +626,7 @@ def load_tokenizer(name_or_path=None, *, force_download=False):
             return sentencepiece_tokenizer(file, do_lower_case=True if lower is None else lower)
         vocab = _vocab_from_tokenizer_json(file) if file.suffix == ".json" else read_vocab(file)
         if lower is None and (folder / "tokenizer.json").is_file():
-            lower = _tokenizer_json_lowercase(read_json_object(folder / "tokenizer.json"))
+            lower = _tokenizer_json_lowercase(read_json_object(folder / "tokenizer.json"), folder / "tokenizer.json")
         if lower is None:
             lower = casing_from_folder_name(folder.name)
         if lower is None:

@@ -8,6 +8,7 @@ import os
 import random
 import re
 import struct
+import zipfile
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ import torch
 safetensors_torch = pytest.importorskip("safetensors.torch")
 from safetensors import safe_open  # noqa: E402
 
+from minibert.checkpoints import load_pretrained  # noqa: E402
 from minibert.checkpoints.safetensors import (  # noqa: E402
     DTYPES,
     load_safetensors,
@@ -23,7 +25,8 @@ from minibert.checkpoints.safetensors import (  # noqa: E402
     save_safetensors,
 )
 from minibert.errors import MiniBertError  # noqa: E402
-from minibert.fileio import atomic_write  # noqa: E402
+from minibert.fileio import atomic_write, read_json_object  # noqa: E402
+from tiny_models import save_tiny_model  # noqa: E402
 
 
 def same_bytes(a, b):
@@ -385,3 +388,139 @@ def test_torch_bin_bad_files(tmp_path):
             load_torch_bin(path)
         assert str(path) in str(info.value), name
         assert "\n" not in str(info.value), name
+
+
+# ---------------------------------------------------------------------------
+# Regressions found by fuzzing (tests/test_fuzz.py) and fault injection
+# ---------------------------------------------------------------------------
+
+def one_line_error(load, *words):
+    """The MiniBertError `load()` raises: one line, containing every word."""
+    with pytest.raises(MiniBertError) as info:
+        load()
+    message = str(info.value)
+    assert "\n" not in message, message
+    for word in words:
+        assert word in message, (word, message)
+    return message
+
+
+def test_config_json_nested_too_deeply(tmp_path):
+    # json recurses once per [ and raised RecursionError; an over-long integer
+    # raised ValueError from Python's limit on integer digits.
+    folder = tmp_path / "model"
+    save_tiny_model(folder)
+    config = folder / "config.json"
+    config.write_text('{"vocab_size": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    one_line_error(lambda: load_pretrained(folder), str(config), "nested too deeply")
+    config.write_text('{"vocab_size": ' + "1" * 5000 + "}")
+    one_line_error(lambda: read_json_object(config), str(config), "more digits")
+
+
+def test_header_with_a_5000_digit_integer(tmp_path):
+    header = b'{"a":{"dtype":"F32","shape":[' + b"1" * 5000 + b'],"data_offsets":[0,4]}}'
+    path = write_raw(tmp_path / "digits.safetensors", header, b"\0" * 4)
+    one_line_error(lambda: load_safetensors(path), str(path), "more digits")
+
+
+def folder_with_weight_as(tmp_path, dtype, file_name):
+    """A tiny model folder whose query weight of layer 0 is stored as `dtype`
+    (same shape), in `file_name`. Returns (folder, tensor name)."""
+    folder = tmp_path / "model"
+    save_tiny_model(folder)
+    tensors = load_safetensors(folder / "model.safetensors")
+    name = "bert.encoder.layer.0.attention.self.query.weight"
+    tensors[name] = tensors[name].to(dtype)
+    (folder / "model.safetensors").unlink()
+    if file_name == "model.safetensors":
+        save_safetensors(tensors, folder / file_name)
+    else:
+        torch.save(tensors, folder / file_name)
+    return folder, name
+
+
+@pytest.mark.parametrize("dtype, file_name", [
+    (torch.int32, "model.safetensors"), (torch.uint32, "model.safetensors"), (torch.bool, "model.safetensors"),
+    (torch.int64, "pytorch_model.bin"), (torch.complex64, "pytorch_model.bin"),
+])
+def test_integer_and_complex_weights_are_refused(tmp_path, dtype, file_name):
+    # copy_ turned these into float weights without a word.
+    folder, name = folder_with_weight_as(tmp_path, dtype, file_name)
+    dtype_name = str(dtype).removeprefix("torch.")
+    one_line_error(lambda: load_pretrained(folder), str(folder / file_name), repr(name), f"dtype {dtype_name};")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_other_float_weights_load(tmp_path, dtype):
+    folder, name = folder_with_weight_as(tmp_path, dtype, "model.safetensors")
+    stored = load_safetensors(folder / "model.safetensors")[name]
+    loaded = load_pretrained(folder).encoder.layers[0].attention.query.weight
+    assert loaded.dtype == torch.float32 and torch.equal(loaded, stored.float())
+
+
+def pytorch_bin_and_member(tmp_path, tensor):
+    """torch.save({"w": tensor}) and the zip member holding w's bytes:
+    (path, member name, (start, end) of its data in the file)."""
+    path = tmp_path / "pytorch_model.bin"
+    torch.save({"w": tensor}, path)
+    blob = path.read_bytes()
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("/data/0"))
+    # local file header: 30 fixed bytes, then the name and the extra field
+    name_length, extra_length = struct.unpack_from("<HH", blob, info.header_offset + 26)
+    start = info.header_offset + 30 + name_length + extra_length
+    return path, info.filename, (start, start + info.compress_size)
+
+
+def test_torch_bin_flipped_data_byte_is_caught(tmp_path):
+    tensor = torch.arange(64.0)
+    path, member, (start, end) = pytorch_bin_and_member(tmp_path, tensor)
+    blob = bytearray(path.read_bytes())
+    blob[(start + end) // 2] ^= 0x10
+    path.write_bytes(blob)
+    # torch.load itself does not look at the CRC: it gives a different tensor.
+    assert not torch.equal(torch.load(path, weights_only=True)["w"], tensor)
+    one_line_error(lambda: load_torch_bin(path), str(path), repr(member), "CRC")
+
+
+def test_torch_bin_meta_and_sparse_tensors(tmp_path):
+    # These loaded, then failed with NotImplementedError / RuntimeError on copy.
+    path = tmp_path / "pytorch_model.bin"
+    torch.save({"w": torch.empty(4, 3, device="meta")}, path)
+    one_line_error(lambda: load_torch_bin(path), str(path), "'w'", "meta tensor")
+    torch.save({"w": torch.eye(3).to_sparse()}, path)
+    one_line_error(lambda: load_torch_bin(path), str(path), "'w'", "torch.sparse_coo", "dense")
+
+
+class RunsCode:
+    def __reduce__(self):
+        return (os.system, ("true",))
+
+
+def test_torch_bin_refused_global_is_named(tmp_path):
+    # torch's message was cut at 200 characters, before the global's name, and
+    # began with its advice to turn weights_only off.
+    path = tmp_path / "pytorch_model.bin"
+    for obj, global_name in [(NotAllowed(), f"{__name__}.NotAllowed"), (RunsCode(), ".system")]:
+        torch.save({"w": obj}, path)
+        message = one_line_error(lambda: load_torch_bin(path), str(path), global_name, "weights_only=True refuses")
+        assert "weights_only=False" not in message and "allowlist" not in message.lower(), message
+
+
+def test_torch_bin_without_checksums(tmp_path):
+    # Older PyTorch wrote a bare pickle, with no CRC anywhere: read as it is.
+    tensor = torch.arange(6.0)
+    legacy = tmp_path / "legacy.bin"
+    torch.save({"w": tensor}, legacy, _use_new_zipfile_serialization=False)
+    assert torch.equal(load_torch_bin(legacy)["w"], tensor)
+    # Neither a zip nor a pickle: refused before torch.load sees it.
+    (tmp_path / "text.bin").write_bytes(b"this is not a checkpoint at all")
+    one_line_error(lambda: load_torch_bin(tmp_path / "text.bin"), "not a readable PyTorch checkpoint")
+    # A zip written with its CRCs switched off has nothing to check.
+    config = pytest.importorskip("torch.utils.serialization").config
+    config.save.compute_crc32 = False
+    try:
+        torch.save({"w": tensor}, tmp_path / "no-crc.bin")
+    finally:
+        config.save.compute_crc32 = True
+    assert torch.equal(load_torch_bin(tmp_path / "no-crc.bin")["w"], tensor)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from minibert.checkpoints import tf_bundle
+from minibert.checkpoints import load_pretrained, tf_bundle
 from minibert.checkpoints.tf_bundle import (crc32c, find_tf_checkpoint_prefix,
                                             list_tf_checkpoint, read_tf_checkpoint)
 from minibert.errors import MiniBertError
@@ -273,6 +273,7 @@ def bundle_entry(dtype=1, dims=(), shard_id=0, offset=0, size=0, crc=0, slices=0
     (bundle_entry(dims=[2], size=8, shard_id=1), None, "in shard 1 but the header says 1"),
     (bundle_entry(dims=[3], size=8), None, "8 bytes stored but shape (3,)"),
     (bundle_entry(dims=[2], size=8, offset=4), None, "outside the 8-byte file"),
+    (bundle_entry(dims=[0, 2**62, 2**62], size=0), None, "shape (0, 4611686018427387904, "),
     (b"\x08\x01\x12\x03\x12\x01\x08", None, "truncated varint"),
     (b"\x10\x01", None, "field 2 has wire type 0"),
 ])
@@ -361,3 +362,26 @@ def test_fuzz_index_and_shard(tmp_path):
         slowest = max(slowest, seconds)
     assert outcomes["error"] > 1000 and outcomes["ok"] > 0, outcomes
     assert slowest < 1.0, slowest
+
+
+# ---------------------------------------------------------------------------
+# Regressions found by fuzzing (tests/test_fuzz.py)
+# ---------------------------------------------------------------------------
+
+def test_int32_weight_is_refused(tmp_path):
+    # An index whose entry says DT_INT32 for a float weight (same byte size, so
+    # the data checksum still matches) loaded as integers turned into floats.
+    folder = copy_fixture(tmp_path)
+    index = folder / "bert_model.ckpt.index"
+    (_, header), *entries = tf_bundle._table_entries(index.read_bytes(), str(index))
+    name = b"bert/encoder/layer_0/attention/self/query/kernel"
+    for i, (key, value) in enumerate(entries):
+        if key == name:
+            assert value.startswith(b"\x08\x01")  # field 1 (dtype) = 1, DT_FLOAT
+            entries[i] = (key, b"\x08\x03" + value[2:])  # DT_INT32
+    write_index(index, entries, header)
+    assert list_tf_checkpoint(str(folder / "bert_model.ckpt"))[name.decode()] == ("int32", (32, 32))
+    with pytest.raises(MiniBertError) as info:
+        load_pretrained(folder)
+    message = str(info.value)
+    assert str(index) in message and repr(name.decode()) in message and "dtype int32;" in message, message

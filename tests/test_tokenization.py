@@ -21,6 +21,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import sys
@@ -734,3 +735,20 @@ def test_train_wordpiece(tmp_path):
 
     with pytest.raises(MiniBertError, match="does not exist"):
         train_wordpiece([tmp_path / "missing.txt"], vocab_size=300)
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    (lambda spec: spec["model"]["vocab"].update({"the": "7"}), "expected an integer id"),
+    (lambda spec: spec["model"]["vocab"].update({"the": 0}), "not 0..11999, each once"),
+    (lambda spec: spec["normalizer"].update(lowercase="yes"), "normalizer.lowercase = 'yes'"),
+])
+def test_tokenizer_json_with_bad_ids_or_flags_is_a_clear_error(tmp_path, edit, fragment):
+    from minibert.tokenization import load_tokenizer
+    load_tokenizer().save(tmp_path)
+    for name in ("vocab.txt", "tokenizer_config.json"):        # tokenizer.json alone
+        (tmp_path / name).unlink()
+    spec = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    edit(spec)
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(MiniBertError, match=re.escape(fragment)):
+        load_tokenizer(tmp_path)

@@ -37,6 +37,8 @@ minibert assumes a little-endian machine (x86, ARM) when writing.
 import json
 import mmap
 import os
+import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +179,9 @@ def read_header(f, path):
     except json.JSONDecodeError as e:
         raise MiniBertError(f"{path}: header is not valid JSON ({e.msg} "
                             f"at byte {8 + e.pos})") from None
+    except ValueError:  # the one other ValueError json raises: Python's integer-digit limit
+        raise MiniBertError(f"{path}: header holds an integer with more digits than Python "
+                            f"converts; no shape or offset needs that many") from None
     except RecursionError:
         raise MiniBertError(f"{path}: header JSON is nested too deeply") from None
     if not isinstance(header, dict):
@@ -328,23 +333,38 @@ def tensor_bytes(tensor):
 # ---------------------------------------------------------------------------
 # PyTorch .bin (pickle inside a zip)
 # ---------------------------------------------------------------------------
+#
+# torch.save (PyTorch 1.6 and later) writes a zip archive: the pickled dict in
+# `archive/data.pkl` and each tensor's bytes in its own member. Every member
+# carries a CRC-32, but torch.load never checks them, so a flipped bit in the
+# weights would load silently: we read the archive with `zipfile`, which does
+# check them, before torch.load sees it. Older PyTorch wrote a bare pickle
+# with no checksum anywhere; such a file is read as it is, like safetensors.
+
+ZIP_MAGIC = b"PK\x03\x04"  # how torch.load itself tells a zip from a legacy pickle
+PICKLE_MAGIC = b"\x80"      # a pickle (protocol 2 or later) starts with PROTO
+ZIP_CHUNK_BYTES = 1 << 20
+
 
 def load_torch_bin(path):
     """Read a PyTorch state dict (`pytorch_model.bin`, `*.pt`) into {name: tensor}.
 
-    Uses torch.load with weights_only=True, which refuses to run arbitrary
-    pickled code. A training checkpoint that wraps the weights under
-    "state_dict" or "model" is unwrapped.
+    Checks the zip archive's CRC-32s, then uses torch.load with
+    weights_only=True, which refuses to run arbitrary pickled code. A training
+    checkpoint that wraps the weights under "state_dict" or "model" is
+    unwrapped. Every value must be a dense tensor that holds data.
     """
     path = Path(path)
     if not path.is_file():
         raise MiniBertError(f"{path}: no such file")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch.load raises many types (RuntimeError, UnpicklingError, ...)
-        reason = (str(e).strip().splitlines() or [""])[0][:200]
-        raise MiniBertError(f"{path}: not a readable PyTorch checkpoint "
-                            f"({type(e).__name__}: {reason})") from None
+    with open_for_reading(path) as f:
+        start = f.read(len(ZIP_MAGIC))
+    if start == ZIP_MAGIC:
+        check_zip_checksums(path)
+    elif not start.startswith(PICKLE_MAGIC):
+        raise MiniBertError(f"{path}: not a readable PyTorch checkpoint (expected the zip "
+                            f"archive torch.save writes, or an older PyTorch pickle)")
+    obj = torch_load_weights_only(path)
 
     if isinstance(obj, dict):
         for wrapper in ("state_dict", "model"):
@@ -355,7 +375,74 @@ def load_torch_bin(path):
         raise MiniBertError(f"{path}: expected a state dict (name -> tensor), "
                             f"got a {type(obj).__name__}")
     for name, value in obj.items():
-        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
-            raise MiniBertError(f"{path}: entry {name!r} is a {type(value).__name__}, "
-                                f"expected a tensor")
+        check_dense_tensor(path, name, value)
     return dict(obj)
+
+
+def check_zip_checksums(path):
+    """Read every member of the zip archive at `path` to its end, which makes
+    `zipfile` compare each member's CRC-32 with the one stored in the archive.
+
+    An archive whose CRCs are all 0 was written with them switched off
+    (torch.utils.serialization.config.save.compute_crc32 = False): there is
+    nothing to check, as in a legacy file. One damaged CRC cannot look like that.
+    """
+    member = None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+            if not any(m.CRC for m in members):
+                return
+            for member in members:
+                with archive.open(member) as f:
+                    while f.read(ZIP_CHUNK_BYTES):
+                        pass
+    # zipfile raises many types on a damaged archive (BadZipFile for a wrong
+    # CRC, EOFError for missing bytes, zlib.error, struct.error, ...).
+    except Exception as e:
+        where = "zip archive" if member is None else f"zip member {member.filename!r}"
+        raise MiniBertError(f"{path}: not a readable PyTorch checkpoint ({where} is damaged: "
+                            f"{one_line(str(e)) or type(e).__name__})") from None
+
+
+def torch_load_weights_only(path):
+    """torch.load with weights_only=True, its errors turned into one-line MiniBertErrors."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch.load raises many types (RuntimeError, UnpicklingError, ...)
+        raise torch_load_error(path, e) from None
+
+
+def torch_load_error(path, error):
+    """The MiniBertError for an exception torch.load raised."""
+    message = str(error)
+    if message.startswith("Weights only load failed"):
+        # The safe unpickler refused something. torch's message goes on to
+        # advise switching the safety off; a downloaded file never deserves that.
+        refused = re.search(r"GLOBAL (\S+)", message)
+        what = refused.group(1) if refused else "an object that is not a tensor or a plain container"
+        return MiniBertError(f"{path}: not loaded: the pickle needs {what}, which loading with "
+                             f"weights_only=True refuses (weights need only tensors and plain containers)")
+    return MiniBertError(f"{path}: not a readable PyTorch checkpoint "
+                         f"({type(error).__name__}: {one_line(message)})")
+
+
+def one_line(message):
+    """The first sentence of an error message (torch's go on for paragraphs)."""
+    first_line = (message.strip().splitlines() or [""])[0]
+    return first_line.split(". ")[0][:200]
+
+
+def check_dense_tensor(path, name, value):
+    """A state dict entry must be a tensor with its numbers in it: a sparse
+    tensor or a meta tensor (a shape without data, from a model that was never
+    materialized) cannot be copied into a parameter."""
+    if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+        raise MiniBertError(f"{path}: entry {name!r} is a {type(value).__name__}, "
+                            f"expected a tensor")
+    if value.layout != torch.strided:
+        raise MiniBertError(f"{path}: tensor {name!r} has layout {value.layout}; "
+                            f"expected a dense (torch.strided) tensor")
+    if value.is_meta:
+        raise MiniBertError(f"{path}: tensor {name!r} is a meta tensor (a shape without "
+                            f"values); expected a tensor saved with its values")

@@ -339,10 +339,15 @@ def _read_tensor(f, shard_path, name, entry, verify_data_crc):
     what = f"{shard_path}: tensor {name!r}"
     dtype_name, disk_dtype = _DTYPES[entry["dtype"]]
     offset, size, shape = entry["offset"], entry["size"], entry["shape"]
-    needed = int(np.prod(shape, dtype=object)) * np.dtype(disk_dtype).itemsize
+    itemsize = np.dtype(disk_dtype).itemsize
+    needed = int(np.prod(shape, dtype=object)) * itemsize
     if size != needed:
         raise MiniBertError(f"{what}: {size} bytes stored but shape {shape} of {dtype_name} "
                             f"needs {needed}")
+    # numpy multiplies the non-zero dimensions (and the item size) even for an
+    # empty array, and refuses a shape like (0, 2**62, 2**62) whose product overflows.
+    if int(np.prod([max(d, 1) for d in shape], dtype=object)) * itemsize >= 2**63:
+        raise MiniBertError(f"{what}: shape {shape} is too large")
     file_size = os.fstat(f.fileno()).st_size
     if offset < 0 or offset + size > file_size:
         raise MiniBertError(f"{what}: bytes [{offset}, {offset + size}) lie outside the "
