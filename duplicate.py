@@ -31,16 +31,17 @@ examples:
   python duplicate.py --model ALBERT_DIR --repeat 4 --output albert16/
 """
 
-from minibert.cli import ArgumentParser, HelpFormatter, run
+from minibert.cli import ArgumentParser, HelpFormatter, output_folder, positive_int, run
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
                     help="model folder, file inside one, or known name (default: the bundled model)")
-parser.add_argument("--output", required=True, metavar="DIR", help="folder to write the deeper model to")
+parser.add_argument("--output", type=output_folder, required=True, metavar="DIR",
+                    help="folder to write the deeper model to (not the --model folder, nor inside it)")
 how = parser.add_mutually_exclusive_group(required=True)
 how.add_argument("--duplicate", metavar="I,J,...", help="BERT: follow each listed layer by a copy of itself")
 how.add_argument("--order", metavar="I,J,...", help="BERT: the layer indices to run, in order")
-how.add_argument("--repeat", type=int, metavar="K", help="ALBERT: run the shared group K more times")
+how.add_argument("--repeat", type=positive_int, metavar="K", help="ALBERT: run the shared group K more times")
 parser.add_argument("--tied", action="store_true",
                     help="BERT: share the copies instead of deep-copying them (saved untied for transformers, "
                          "re-tied by minibert through config.json's layer_order)")
@@ -48,9 +49,9 @@ parser.add_argument("--force", action="store_true", help="write into --output ev
 parser.add_argument("--probe", action="store_true",
                     help="print probe.py's per-layer table for the original and the deeper model side by side")
 parser.add_argument("--text", default=None, metavar="FILE", help="--probe: sentences (default: the bundled ones)")
-parser.add_argument("--max-sentences", type=int, default=None, metavar="N",
+parser.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
                     help="--probe: use only the first N sentences")
-parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="--probe: sentences per batch")
+parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N", help="--probe: sentences per batch")
 
 
 def main(argv=None):
@@ -59,7 +60,7 @@ def main(argv=None):
     from minibert.checkpoints import load_pretrained
     from minibert.errors import MiniBertError
 
-    duplication.check_output_dir(args.output, args.force)   # before any slow loading
+    duplication.check_output_dir(args.output, args.force, source=args.model)   # before any slow loading
     model = load_pretrained(args.model)
     config = model.config
     L = config.num_hidden_layers

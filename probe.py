@@ -19,7 +19,8 @@ Works for BERT, ALBERT (layer 0 = the embeddings projected to H) and models
 made deeper by duplicate.py.
 """
 
-from minibert.cli import ArgumentParser, HelpFormatter, run
+from minibert.cli import (ArgumentParser, HelpFormatter, device, make_parent_folder, non_negative_int, output_file,
+                          positive_float, positive_int, probability, run)
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
@@ -27,17 +28,19 @@ parser.add_argument("--model", default=None,
 parser.add_argument("--text", default=None, metavar="FILE",
                     help="sentences to probe, one per line (default: ~125 varied English sentences shipped "
                          "with minibert, minibert/data/probe_sentences.txt)")
-parser.add_argument("--max-sentences", type=int, default=None, metavar="N", help="use only the first N sentences")
-parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="sentences per forward pass")
-parser.add_argument("--mask-prob", type=float, default=None, metavar="P",
-                    help="also report the last layer's accuracy at masked positions: replace a random P of the "
-                         "real tokens with [MASK] and predict the originals")
-parser.add_argument("--seed", type=int, default=0, help="seed for --mask-prob and --fit-head")
-parser.add_argument("--show", type=int, default=0, metavar="N",
+parser.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
+                    help="use only the first N sentences")
+parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N", help="sentences per forward pass")
+parser.add_argument("--mask-prob", type=probability(), default=None, metavar="P",
+                    help="also report the last layer's accuracy at masked positions: replace a random P (in (0, 1]) "
+                         "of the real tokens with [MASK] and predict the originals")
+parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for --mask-prob and --fit-head")
+parser.add_argument("--show", type=non_negative_int, default=0, metavar="N",
                     help="print N example sentences as reconstructed from each layer's argmax")
-parser.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
-parser.add_argument("--plot", default=None, metavar="FILE.png", help="plot accuracy by layer (needs matplotlib)")
-parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto")
+parser.add_argument("--json", type=output_file, default=None, metavar="FILE", help="write the results as JSON")
+parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
+                    help="plot accuracy by layer (needs matplotlib)")
+parser.add_argument("--device", type=device, default="cpu", help="cpu, cuda, mps or auto")
 fit = parser.add_argument_group(
     "fitting a head (for encoders without an MLM head)",
     "A fresh MLM head (dense, LayerNorm, output bias; decoder tied to the frozen word\n"
@@ -45,9 +48,9 @@ fit = parser.add_argument_group(
     "only; then every layer is probed with it (e.g. all-MiniLM-L6-v2).")
 fit.add_argument("--fit-head", default=None, metavar="TEXTFILE",
                  help="train a fresh head on this text (one sentence per line), even if the model has one")
-fit.add_argument("--fit-steps", type=int, default=300, metavar="N", help="optimizer steps (AdamW)")
-fit.add_argument("--fit-lr", type=float, default=1e-3, metavar="LR", help="constant learning rate")
-fit.add_argument("--fit-batch-size", type=int, default=256, metavar="N", help="token positions per step")
+fit.add_argument("--fit-steps", type=positive_int, default=300, metavar="N", help="optimizer steps (AdamW)")
+fit.add_argument("--fit-lr", type=positive_float, default=1e-3, metavar="LR", help="constant learning rate")
+fit.add_argument("--fit-batch-size", type=positive_int, default=256, metavar="N", help="token positions per step")
 
 
 def main(argv=None):
@@ -55,11 +58,8 @@ def main(argv=None):
     from minibert import duplication, probing
     from minibert.checkpoints import load_pretrained
     from minibert.tokenization import load_tokenizer
-    from minibert.devices import choose_device
 
-    probing.check_probe_settings(args.batch_size, args.mask_prob, args.show)
-    probing.check_fit_settings(args.fit_steps, args.fit_lr, args.fit_batch_size)
-    device = choose_device(args.device)
+    device = args.device                  # a torch.device, checked when the command line was read
     sentences = probing.read_sentences(args.text, args.max_sentences)
     model = load_pretrained(args.model)
     tokenizer = load_tokenizer(model.source_dir)
@@ -88,9 +88,11 @@ def main(argv=None):
         print()
         print(probing.format_examples(result))
     if args.json:
+        make_parent_folder(args.json)
         probing.save_json(result, args.json)
         print(f"\nwrote {args.json}")
     if args.plot:
+        make_parent_folder(args.plot)
         probing.save_plot({name: result}, args.plot)
         print(f"wrote {args.plot}")
     return 0

@@ -9,11 +9,20 @@ Distributed over 2 processes (gloo on CPU, NCCL on GPUs):
     torchrun --nproc_per_node 2 train_mlm.py ... (same flags)
 
 The result is a Hugging Face folder (config.json, model.safetensors,
-vocab.txt) that minibert.load_pretrained and transformers both read.
+vocab.txt) that minibert.load_pretrained and transformers both read. It is
+written when the run ends; until then --output holds checkpoint.pt (the
+vocabulary included) and the token cache. --output must be new or empty;
+--resume continues the run whose checkpoint is there (or starts it again if
+it stopped before its first checkpoint), --force writes over anything else.
 """
 
-from minibert.cli import ArgumentParser, HelpFormatter, run
+from minibert.cli import (ArgumentParser, HelpFormatter, device, int_at_least, make_parent_folder, non_negative_float,
+                          non_negative_int, output_file, output_folder, positive_float, positive_int, probability,
+                          run)
 from minibert.errors import MiniBertError
+
+# A model built from the flags has BERT's 512 positions (--config can say otherwise).
+FLAG_MAX_POSITIONS = 512
 
 
 def parse_args(argv=None):
@@ -27,103 +36,147 @@ def parse_args(argv=None):
     data.add_argument("--heldout-corpus", nargs="*", default=[],
                       help="separate held-out text files or folders (instead of, or besides, --heldout)")
     data.add_argument("--vocab", help="an existing vocab.txt (WordPiece); without it a vocabulary is trained on the corpus")
-    data.add_argument("--vocab-size", type=int, default=12000, help="size of the WordPiece vocabulary to train (default 12000)")
+    data.add_argument("--vocab-size", type=int_at_least(6, " (the 5 special tokens and one more)"), default=12000,
+                      help="size of the WordPiece vocabulary to train (default 12000)")
     data.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case and strip accents)")
-    data.add_argument("--max-seq-len", type=int, default=128, help="tokens per sequence, [CLS] and [SEP] included (default 128)")
+    data.add_argument("--max-seq-len", type=int_at_least(4, " (room for [CLS], one token and two [SEP])"), default=128,
+                      help=f"tokens per sequence, [CLS] and [SEP] included, at most max_position_embeddings "
+                           f"({FLAG_MAX_POSITIONS} unless --config says otherwise) (default 128)")
     data.add_argument("--pair-objective", choices=["auto", "none", "nsp", "sop"], default="none",
                       help="sentence-pair task: nsp (BERT's next sentence), sop (ALBERT's sentence order), "
                            "auto (nsp for BERT, sop for ALBERT) or none (default)")
-    data.add_argument("--mask-prob", type=float, default=0.15, help="fraction of tokens chosen for MLM (default 0.15)")
+    data.add_argument("--mask-prob", type=probability(), default=0.15,
+                      help="fraction of tokens chosen for MLM, in (0, 1] (default 0.15)")
     data.add_argument("--whole-word-masking", action="store_true", help="choose whole words rather than word pieces")
-    data.add_argument("--cache-dir", help="where the tokenized corpus is cached (default OUTPUT/cache)")
+    data.add_argument("--cache-dir", type=output_folder, help="where the tokenized corpus is cached (default OUTPUT/cache)")
     model = p.add_argument_group("model (flags, or --config)")
     model.add_argument("--config", help="a config.json / bert_config.json / albert_config.json; overrides the flags below")
     model.add_argument("--model-type", choices=["bert", "albert"], default="bert", help="default bert")
-    model.add_argument("--layers", type=int, default=4, help="num_hidden_layers (default 4)")
-    model.add_argument("--hidden", type=int, default=256, help="hidden_size (default 256)")
-    model.add_argument("--heads", type=int, default=4, help="num_attention_heads (default 4)")
-    model.add_argument("--intermediate", type=int, default=1024, help="intermediate_size (default 1024)")
-    model.add_argument("--embedding-size", type=int, help="ALBERT's embedding_size E (default 128 for ALBERT)")
-    model.add_argument("--groups", type=int, default=1, help="ALBERT's num_hidden_groups (default 1)")
-    model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout (default 0.1)")
+    model.add_argument("--layers", type=positive_int, default=4, help="num_hidden_layers (default 4)")
+    model.add_argument("--hidden", type=positive_int, default=256, help="hidden_size (default 256)")
+    model.add_argument("--heads", type=positive_int, default=4, help="num_attention_heads (default 4)")
+    model.add_argument("--intermediate", type=positive_int, default=1024, help="intermediate_size (default 1024)")
+    model.add_argument("--embedding-size", type=positive_int, help="ALBERT's embedding_size E (default 128 for ALBERT)")
+    model.add_argument("--groups", type=positive_int, default=1, help="ALBERT's num_hidden_groups (default 1)")
+    model.add_argument("--dropout", type=probability(include_zero=True, include_one=False), default=0.1,
+                       help="hidden and attention dropout, in [0, 1) (default 0.1)")
     train = p.add_argument_group("training")
-    train.add_argument("--output", required=True, help="output folder (model, vocab, checkpoint.pt)")
-    train.add_argument("--steps", type=int, default=10000, help="optimizer steps (default 10000)")
-    train.add_argument("--batch-size", type=int, default=128, help="sequences per micro-batch, all processes together (default 128)")
-    train.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
-    train.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (default 5e-4)")
-    train.add_argument("--warmup", type=int, default=1000, help="warm-up steps (default 1000)")
-    train.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay, not on LayerNorm/bias (default 0.01)")
-    train.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping (default 1.0; 0 = off)")
-    train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    train.add_argument("--eval-every", type=int, default=1000, help="held-out evaluation every N steps (default 1000)")
-    train.add_argument("--eval-batches", type=int, default=20, help="held-out batches of 64 per evaluation (default 20)")
-    train.add_argument("--checkpoint-every", type=int, default=1000, help="write checkpoint.pt every N steps (default 1000)")
-    train.add_argument("--max-minutes", type=float, help="stop after this much wall time, with a checkpoint to --resume from")
-    train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt")
-    train.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1 ...")
-    train.add_argument("--num-workers", type=int, default=0, help="processes preparing batches ahead (default 0)")
-    train.add_argument("--json", help="write a JSON summary (config, history, held-out metrics) to this file")
+    train.add_argument("--output", type=output_folder, required=True,
+                       help="output folder (model, vocab, checkpoint.pt); new or empty, unless --resume or --force")
+    train.add_argument("--force", action="store_true",
+                       help="write into --output even if it holds other files or another run's checkpoint "
+                            "(that run is started over, not resumed)")
+    train.add_argument("--steps", type=non_negative_int, default=10000,
+                       help="optimizer steps; 0 only prepares (vocabulary, token cache, untrained model) "
+                            "(default 10000)")
+    train.add_argument("--batch-size", type=positive_int, default=128,
+                       help="sequences per micro-batch, all processes together (default 128)")
+    train.add_argument("--grad-accum", type=positive_int, default=1,
+                       help="micro-batches per optimizer step (default 1)")
+    train.add_argument("--lr", type=positive_float, default=5e-4, help="peak learning rate (default 5e-4)")
+    train.add_argument("--warmup", type=non_negative_int, default=1000, help="warm-up steps (default 1000)")
+    train.add_argument("--weight-decay", type=non_negative_float, default=0.01,
+                       help="AdamW weight decay, not on LayerNorm/bias (default 0.01)")
+    train.add_argument("--max-grad-norm", type=non_negative_float, default=1.0,
+                       help="gradient clipping (default 1.0; 0 = off)")
+    train.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    train.add_argument("--eval-every", type=non_negative_int, default=1000,
+                       help="held-out evaluation every N steps (default 1000; 0 = never)")
+    train.add_argument("--eval-batches", type=positive_int, default=20,
+                       help="held-out batches of 64 per evaluation (default 20)")
+    train.add_argument("--checkpoint-every", type=non_negative_int, default=1000,
+                       help="write checkpoint.pt every N steps (default 1000; 0 = only at the end)")
+    train.add_argument("--max-minutes", type=positive_float,
+                       help="stop after this much wall time, with a checkpoint to --resume from")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from OUTPUT/checkpoint.pt (with the vocabulary stored in it); "
+                            "with no checkpoint yet, start from step 0")
+    train.add_argument("--device", type=device, default="auto",
+                       help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1 ...")
+    train.add_argument("--num-workers", type=non_negative_int, default=0,
+                       help="processes preparing batches ahead (default 0)")
+    train.add_argument("--json", type=output_file,
+                       help="write a JSON summary (config, history, held-out metrics) to this file")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.config is None and args.max_seq_len > FLAG_MAX_POSITIONS:
+        p.error(f"argument --max-seq-len: {args.max_seq_len} is longer than max_position_embeddings "
+                f"({FLAG_MAX_POSITIONS}) of a model built from the flags; expected at most {FLAG_MAX_POSITIONS} "
+                f"(or a --config with more positions)")
+    return args
+
+
+def choose_tokenizer(args, corpus, resume):
+    """The checkpoint's own vocabulary when resuming; else --vocab; else one
+    trained on the corpus (deterministic: the same corpus gives the same one).
+    Nothing is written to --output here: the tokenizer files go there with
+    the model, once the run has finished."""
+    from minibert.pretraining import resume_tokenizer
+    from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
+    lower = not args.cased
+    if resume:
+        return resume_tokenizer(args.output, lower, vocab_file=args.vocab)
+    if args.vocab:
+        return wordpiece_tokenizer(args.vocab, do_lower_case=lower)
+    return train_wordpiece(corpus, args.vocab_size, do_lower_case=lower)
+
+
+def config_from_flags(args, vocab_size):
+    from minibert.model import ALBERT_DEFAULTS, BertConfig
+    albert = args.model_type == "albert"
+    config = BertConfig(vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
+                        num_attention_heads=args.heads, intermediate_size=args.intermediate,
+                        hidden_act=ALBERT_DEFAULTS["hidden_act"] if albert else "gelu", model_type=args.model_type,
+                        hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
+                        max_position_embeddings=FLAG_MAX_POSITIONS,
+                        embedding_size=(args.embedding_size or ALBERT_DEFAULTS["embedding_size"]) if albert
+                        else args.embedding_size,
+                        num_hidden_groups=args.groups if albert else None)
+    config.validate()
+    return config
 
 
 def main(argv=None):
     args = parse_args(argv)
-    from pathlib import Path
     from minibert.checkpoints import read_config
-    from minibert.model import ALBERT_DEFAULTS, BertConfig
-    from minibert.pretraining import pretrain, split_heldout, text_files
-    from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
     from minibert.fileio import write_json
+    from minibert.pretraining import (can_resume, check_max_seq_len, check_output_folder, pretrain, split_heldout,
+                                      text_files)
 
+    # Everything that can be checked quickly is checked before the vocabulary is trained.
     files = text_files(args.corpus, "--corpus")
     corpus, heldout = split_heldout(files, args.heldout)
     heldout += text_files(args.heldout_corpus, "--heldout-corpus")
     if not corpus:
         raise MiniBertError("--heldout holds out every corpus file: nothing left to train on")
-    output = Path(args.output)
-    vocab_file = output / "vocab.txt"
-    if args.vocab:
-        tokenizer = wordpiece_tokenizer(args.vocab, do_lower_case=not args.cased)
-    elif args.resume and vocab_file.is_file():
-        tokenizer = wordpiece_tokenizer(vocab_file, do_lower_case=not args.cased)
-    else:
-        tokenizer = train_wordpiece(corpus, args.vocab_size, do_lower_case=not args.cased)
-        output.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(output)
+    check_output_folder(args.output, resume=args.resume, force=args.force)
+    config = read_config(args.config) if args.config else None     # reads each of the three config files
+    if config is not None:
+        check_max_seq_len(args.max_seq_len, config)
+    resume = args.resume and can_resume(args.output)
 
-    if args.config:
-        config = read_config(args.config)     # reads each of the three config files as load_pretrained does
-    else:
-        albert = args.model_type == "albert"
-        config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
-                            num_attention_heads=args.heads, intermediate_size=args.intermediate,
-                            hidden_act=ALBERT_DEFAULTS["hidden_act"] if albert else "gelu", model_type=args.model_type,
-                            hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
-                            max_position_embeddings=max(512, args.max_seq_len),
-                            embedding_size=(args.embedding_size or ALBERT_DEFAULTS["embedding_size"]) if albert
-                            else args.embedding_size,
-                            num_hidden_groups=args.groups if albert else None)
-        config.validate()
+    tokenizer = choose_tokenizer(args, corpus, resume)
+    if config is None:
+        config = config_from_flags(args, tokenizer.vocab_size)
     pair = args.pair_objective
     if pair == "auto":
         pair = "sop" if config.model_type == "albert" else "nsp"
 
-    summary = pretrain(corpus, output, config, tokenizer, heldout=heldout, max_seq_len=args.max_seq_len,
+    summary = pretrain(corpus, args.output, config, tokenizer, heldout=heldout, max_seq_len=args.max_seq_len,
                        batch_size=args.batch_size, grad_accum_steps=args.grad_accum, steps=args.steps,
                        learning_rate=args.lr, warmup_steps=args.warmup, weight_decay=args.weight_decay,
                        max_grad_norm=args.max_grad_norm, seed=args.seed, pair_objective=pair,
                        mask_prob=args.mask_prob, whole_word=args.whole_word_masking, eval_every=args.eval_every,
                        eval_batches=args.eval_batches, checkpoint_every=args.checkpoint_every,
-                       max_minutes=args.max_minutes, resume=args.resume, device=args.device,
+                       max_minutes=args.max_minutes, resume=resume, device=args.device,
                        num_workers=args.num_workers, cache_dir=args.cache_dir, progress=not args.quiet)
     if args.json:
+        make_parent_folder(args.json)
         write_json(args.json, summary)
     final = summary.get("heldout")
     if final:
         print(f"held-out masked-token accuracy {final['masked_accuracy']:.4f}, perplexity {final['perplexity']:.2f}")
-    print(f"saved to {output} after step {summary['end_step']} ({summary['seconds']:.0f} s, "
+    print(f"saved to {args.output} after step {summary['end_step']} ({summary['seconds']:.0f} s, "
           f"{summary['tokens_seen']:,} tokens)")
 
 

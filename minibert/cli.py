@@ -12,10 +12,23 @@ A `MiniBertError` (bad input: a wrong file, flag or value) is printed as
 `error: <message>` on stderr and the script exits with status 1; so is a
 mistake on the command line itself (argparse's own errors). Anything else is a
 bug and keeps its traceback.
+
+Every flag's value is checked when the command line is read, by the `type=`
+helpers below (positive_int, probability(), device, output_folder, ...), so a
+typo fails at once with one line naming the flag and the allowed values,
+not minutes later (after a vocabulary was trained) or never (a NaN learning
+rate trains quietly on NaNs):
+
+    parser.add_argument("--lr", type=positive_float, default=5e-4)
+    python train_mlm.py ... --lr -1
+    error: argument --lr: expected a number > 0, got -1.0 (see train_mlm.py --help)
 """
 
 import argparse
+import math
 import sys
+import tempfile
+from pathlib import Path
 
 from minibert.errors import MiniBertError
 
@@ -49,3 +62,127 @@ def run(main, argv=None):
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
     sys.exit(status or 0)
+
+
+# ----------------------------------------------------------------------------
+# Flag types: argparse calls `type(text)` for each value. A helper returns the
+# checked value or raises ArgumentTypeError; argparse turns that into
+# "argument --flag: <message>", which ArgumentParser.error above makes one
+# `error:` line. (A ValueError would lose our message: argparse replaces it
+# with "invalid <type> value".)
+# ----------------------------------------------------------------------------
+
+
+def _parse(text, convert, allowed):
+    """int(text) or float(text). NaN and infinity are refused too: no flag can
+    use them, and a NaN slips through every comparison (NaN < 0 is False)."""
+    try:
+        value = convert(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+    return value
+
+
+def int_at_least(minimum, why=""):
+    """A type for integer flags that have a lower bound; `why` explains it in the message."""
+    allowed = f"an integer >= {minimum}{why}"
+
+    def check(text):
+        value = _parse(text, int, allowed)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {value}")
+        return value
+    return check
+
+
+positive_int = int_at_least(1)          # sizes, counts of steps and batches
+non_negative_int = int_at_least(0)      # where 0 means "none" or "never" (the help says which)
+
+
+def float_in(low=-math.inf, high=math.inf, include_low=True, include_high=True, kind="number"):
+    """A type for float flags in an interval. The ends are included unless
+    include_low / include_high say otherwise; NaN and infinity never pass."""
+    if high == math.inf:
+        allowed = f"a {kind} {'>=' if include_low else '>'} {low:g}" if low > -math.inf else f"a finite {kind}"
+    else:
+        allowed = f"a {kind} in {'[' if include_low else '('}{low:g}, {high:g}{']' if include_high else ')'}"
+
+    def check(text):
+        value = _parse(text, float, allowed)
+        too_low = value < low or (value == low and not include_low)
+        too_high = value > high or (value == high and not include_high)
+        if too_low or too_high:
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {value:g}")
+        return value
+    return check
+
+
+finite_float = float_in()
+positive_float = float_in(0, include_low=False)      # learning rates, minutes
+non_negative_float = float_in(0)                     # weight decay, clipping norm (0 = off)
+
+
+def probability(include_zero=False, include_one=True):
+    """A type for a fraction or probability: (0, 1] by default (a masking
+    rate of 0 trains nothing); probability(include_zero=True,
+    include_one=False) is [0, 1), e.g. for dropout (1 drops everything)."""
+    return float_in(0, 1, include_low=include_zero, include_high=include_one, kind="probability")
+
+
+def device(text):
+    """--device: auto, cpu, cuda, cuda:N or mps, present on this machine. Returns a torch.device."""
+    from minibert.devices import choose_device     # imports torch, so only once a flag is read
+    try:
+        return choose_device(text)
+    except MiniBertError as e:                      # its message starts "--device NAME"; argparse names the flag
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--device ")) from None
+
+
+def _check_writable(folder):
+    """`folder` exists and we may write in it, or it can be made: the nearest
+    folder on its way that exists is one we may write in (not a file). Tried
+    for real, with a temporary file that vanishes when closed: permissions
+    alone do not tell (root may write anywhere, except on a read-only disk
+    or in /proc)."""
+    existing = folder
+    while not existing.exists():        # ends at "." or "/" at worst, which exist
+        existing = existing.parent
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{existing} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write in {existing} ({e.strerror})") from None
+
+
+def output_file(text):
+    """A file to write (e.g. --json): not a folder, in a folder that exists or
+    can be made. Returns a Path; the script makes the missing folders."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; expected a file name")
+    _check_writable(path.parent)
+    return path
+
+
+def output_folder(text):
+    """A folder to write into (e.g. --output): not a file; it exists and is
+    writable, or can be made. Returns a Path. (Whether it may already hold
+    files is the script's decision: see check_output_dir in duplication.py and
+    check_output_folder in pretraining.py.)"""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file; expected a folder")
+    _check_writable(path)
+    return path
+
+
+def make_parent_folder(path):
+    """Make the missing folders an output_file goes in, just before writing it."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MiniBertError(f"{path}: cannot make its folder ({e.strerror})") from None

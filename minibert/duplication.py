@@ -175,10 +175,24 @@ def recorded_layers_run(folder, config):
 # ----------------------------------------------------------------------------
 
 
-def check_output_dir(output, force=False):
+def check_output_dir(output, force=False, source=None):
+    """--output must be a new or empty folder (--force: any folder), and never
+    the source model's folder, one inside it or one holding it: writing there
+    would overwrite the model being copied or nest one model folder in the
+    other (even --force cannot allow that).
+    `source`: the --model path (a folder or a file in one), when known."""
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise MiniBertError(f"--output {output}: exists and is not a folder")
+    if source is not None and Path(source).exists():
+        source_dir = Path(source).resolve()
+        source_dir = source_dir if source_dir.is_dir() else source_dir.parent
+        target = output.resolve()
+        where = ("is" if target == source_dir else "is inside" if source_dir in target.parents
+                 else "holds" if target in source_dir.parents else None)
+        if where is not None:
+            raise MiniBertError(f"--output {output}: {where} the folder of the model being copied ({source_dir}); "
+                                f"choose a folder apart from it (--force does not allow this)")
     if output.is_dir() and any(output.iterdir()) and not force:
         raise MiniBertError(f"--output {output}: folder exists and is not empty; pass --force to write into it")
 
@@ -187,7 +201,7 @@ def write_model(deeper, output, source_dir=None, record=None, force=False):
     """Hugging Face layout (config.json, model.safetensors, tokenizer files
     from `source_dir`), plus duplication.json saying how it was made."""
     from minibert.checkpoints import save_pretrained
-    check_output_dir(output, force)
+    check_output_dir(output, force, source=source_dir)
     if source_dir is not None:
         deeper.source_dir = source_dir               # save_pretrained copies the tokenizer from here
     save_pretrained(deeper, output)

@@ -6,9 +6,18 @@ averaged over all chosen positions of the step ([BERT] 3.1, Task #1). The MLM
 head runs on the chosen positions only (`mlm_positions`): for a small model
 the V-wide vocabulary projection is most of the compute, and 85% of it would
 be thrown away.
+
+The output folder: while a run goes on it holds checkpoint.pt (with the
+vocabulary inside, so --resume needs nothing else) and the token cache; the
+model and its tokenizer files (config.json, model.safetensors, vocab.txt,
+tokenizer.json, ...) are written only when the run has finished, each file
+atomically. A run that fails therefore never pairs the weights already in a
+folder with a new vocabulary.
 """
 
 import math
+import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -18,10 +27,17 @@ from tqdm import tqdm
 from minibert.checkpoints import save_pretrained
 from minibert.devices import move_to_device
 from minibert.errors import MiniBertError
+from minibert.fileio import fsync_folder, temporary_name
 from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
-                                      is_token_cache, pack_blocks)
-from minibert.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
+                                      is_token_cache, pack_blocks, tokenizer_fingerprint, vocabulary)
+from minibert.tokenization import _wordpiece_from_vocab, wordpiece_tokenizer
+from minibert.training import (Prefetched, TrainingConfig, load_checkpoint, remove_stale_temporary_files,
+                               setup_context, train)
+
+CHECKPOINT = "checkpoint.pt"
+# [CLS] A [SEP] B [SEP]: sequences are packed with max_seq_len - 3 tokens of text (pack_blocks).
+MIN_SEQ_LEN = 4
 
 
 def masked_lm_loss(model, batch):
@@ -118,23 +134,134 @@ def split_heldout(files, heldout_names):
     return [f for f in files if f not in heldout], heldout
 
 
+# ----------------------------------------------------------------------------
+# The output folder
+# ----------------------------------------------------------------------------
+
+
+def is_temporary(name):
+    """A file or folder being written by atomic_write or save_model_folder (`.NAME.PID.HEX.tmp`)."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def check_output_folder(output, resume=False, force=False):
+    """Refuse to mix a new run with files that are not its own (the scripts
+    call this before any slow work). `output` may be missing or empty, or hold
+    only what a run stopped before its first checkpoint leaves (the token
+    cache, unfinished temporary files). A checkpoint needs --resume (continue
+    it) or --force (start over); anything else, such as a finished model,
+    needs --force."""
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise MiniBertError(f"--output {output}: exists and is not a folder")
+    if force or not output.is_dir():
+        return
+    if (output / CHECKPOINT).is_file():
+        if resume:
+            return
+        raise MiniBertError(f"--output {output}: holds the checkpoint of an earlier run; pass --resume to continue "
+                            f"it, or --force to start over in this folder")
+    others = sorted(p.name for p in output.iterdir() if p.name != "cache" and not is_temporary(p.name))
+    if others:
+        raise MiniBertError(f"--output {output}: folder is not empty ({', '.join(others[:3])}"
+                            f"{', ...' if len(others) > 3 else ''}) and holds no checkpoint to --resume; "
+                            f"choose a new folder, or pass --force to write into it")
+
+
+def can_resume(output):
+    """--resume with a checkpoint to resume from. A run killed before its
+    first checkpoint has none: it starts again from step 0, and says so."""
+    if (Path(output) / CHECKPOINT).is_file():
+        return True
+    if os.environ.get("RANK", "0") == "0":    # torchrun starts several processes: one line is enough
+        print(f"--resume: {output} holds no checkpoint yet (the run stopped before its first one); "
+              f"starting from step 0")
+    return False
+
+
+def resume_tokenizer(output, do_lower_case, vocab_file=None):
+    """The tokenizer to --resume with: the vocabulary stored in the checkpoint,
+    so that resuming never depends on a vocab.txt that may have changed since.
+    A --vocab given as well must be that same vocabulary."""
+    path = Path(output) / CHECKPOINT
+    stored = load_checkpoint(path).get("run_config", {}).get("vocabulary")
+    if not isinstance(stored, dict) or stored.get("kind") != "wordpiece":   # made by an older minibert
+        if vocab_file is None:
+            raise MiniBertError(f"--resume: {path} holds no WordPiece vocabulary; pass the run's vocabulary "
+                                f"with --vocab")
+        return wordpiece_tokenizer(vocab_file, do_lower_case)
+    if stored["do_lower_case"] != do_lower_case:
+        flag = "without --cased" if stored["do_lower_case"] else "with --cased"
+        raise MiniBertError(f"--resume: {path} was made {flag}; resume it {flag}")
+    tokenizer = _wordpiece_from_vocab({token: i for i, token in enumerate(stored["tokens"])}, do_lower_case,
+                                      source=f"the vocabulary stored in {path}")
+    if vocab_file is not None:
+        given = wordpiece_tokenizer(vocab_file, do_lower_case)
+        if tokenizer_fingerprint(given) != tokenizer_fingerprint(tokenizer):
+            raise MiniBertError(f"--resume: --vocab {vocab_file} is not the vocabulary {path} was trained with")
+    return tokenizer
+
+
+def make_folder(folder, flag="--output"):
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MiniBertError(f"{flag} {folder}: cannot make this folder ({e.strerror})") from None
+
+
+def save_model_folder(model, tokenizer, output):
+    """config.json, model.safetensors and the tokenizer files, each replacing
+    its old version atomically: all are written into a hidden folder inside
+    `output` first (`.model.PID.HEX.tmp`, removed at the next run's start if a
+    kill leaves it), then renamed into place one by one. No file is ever seen
+    half-written, and none is touched before all of them are complete."""
+    output = Path(output)
+    staging = temporary_name(output / "model")
+    try:
+        save_pretrained(model, staging, tokenizer=tokenizer)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for file in sorted(staging.iterdir()):
+        os.replace(file, output / file.name)
+    staging.rmdir()
+    fsync_folder(output)
+
+
+# ----------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------
+
+
+def check_max_seq_len(max_seq_len, model_config):
+    if max_seq_len < MIN_SEQ_LEN:
+        raise MiniBertError(f"--max-seq-len {max_seq_len}: too short to hold [CLS], a token and [SEP] (with room "
+                            f"for a second [SEP]); expected at least {MIN_SEQ_LEN}")
+    if max_seq_len > model_config.max_position_embeddings:
+        raise MiniBertError(f"--max-seq-len {max_seq_len}: longer than the model's max_position_embeddings "
+                            f"({model_config.max_position_embeddings}); expected at most that")
+
+
 def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len=128, batch_size=128,
              grad_accum_steps=1, steps=10000, learning_rate=5e-4, warmup_steps=1000, weight_decay=0.01,
              max_grad_norm=1.0, seed=0, pair_objective="none", mask_prob=0.15, whole_word=False,
              eval_every=1000, eval_batches=20, checkpoint_every=1000, max_minutes=None, resume=False,
              device="auto", num_workers=0, cache_dir=None, progress=True):
     """Pretrain a BertModel from scratch with MLM (+ NSP/SOP) and save it in
-    Hugging Face layout in `output`. Returns the training summary."""
+    Hugging Face layout in `output`. Returns the training summary.
+
+    resume=True continues from output/checkpoint.pt, or starts from step 0
+    (saying so) where there is none yet."""
     context = setup_context(device)
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    cache_dir = Path(cache_dir) if cache_dir else output / "cache"
     if model_config.vocab_size != tokenizer.vocab_size:
         raise MiniBertError(f"model config vocab_size {model_config.vocab_size} != the vocabulary's "
                             f"{tokenizer.vocab_size} tokens")
-    if max_seq_len > model_config.max_position_embeddings:
-        raise MiniBertError(f"--max-seq-len {max_seq_len} exceeds max_position_embeddings "
-                            f"{model_config.max_position_embeddings}")
+    check_max_seq_len(max_seq_len, model_config)
+    make_folder(output)
+    if context.is_main:
+        remove_stale_temporary_files(output / "model")      # a kill during save_model_folder
+    cache_dir = Path(cache_dir) if cache_dir else output / "cache"
     global_batch = batch_size  # rows per micro-batch, all processes together
     if global_batch % context.world_size:
         raise MiniBertError(f"--batch-size {batch_size} must divide evenly over {context.world_size} processes")
@@ -156,15 +283,17 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                   "seed": seed, "grad_accum_steps": grad_accum_steps, "max_seq_len": max_seq_len,
                   "pair_objective": pair_objective, "mask_prob": mask_prob, "whole_word": whole_word,
                   "learning_rate": learning_rate, "warmup_steps": warmup_steps,
-                  "corpus": [str(f) for f in corpus], "heldout": [str(f) for f in heldout]}
+                  "corpus": [str(f) for f in corpus], "heldout": [str(f) for f in heldout],
+                  "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer),   # --resume compares it
+                  "vocabulary": {"kind": tokenizer.kind, "do_lower_case": tokenizer.do_lower_case,
+                                 "tokens": vocabulary(tokenizer)}}           # --resume rebuilds the tokenizer
     config = TrainingConfig(total_steps=steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=warmup_steps, max_grad_norm=max_grad_norm,
                             grad_accum_steps=grad_accum_steps, seed=seed, eval_every=eval_every,
                             checkpoint_every=checkpoint_every, max_minutes=max_minutes)
-    checkpoint_path = output / "checkpoint.pt"
-    start = 0
-    if resume and checkpoint_path.is_file():
-        start = load_checkpoint(checkpoint_path)["step"]
+    checkpoint_path = output / CHECKPOINT
+    resume = resume and can_resume(output)
+    start = load_checkpoint(checkpoint_path)["step"] if resume else 0
     batches = train_batches
     if num_workers > 0:
         batches = Prefetched(train_batches, start * grad_accum_steps, steps * grad_accum_steps, num_workers)
@@ -178,7 +307,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     summary = train(model, batches, MaskedLMObjective(pair_objective), config, context, checkpoint_path,
                     run_config=run_config, evaluate=evaluate, resume=resume, progress=progress)
     if context.is_main:
-        save_pretrained(model.to("cpu"), output, tokenizer=tokenizer)
+        save_model_folder(model.to("cpu"), tokenizer, output)
     summary["parameters"] = model.num_parameters()
-    summary["run_config"] = run_config
+    summary["run_config"] = {k: v for k, v in run_config.items() if k != "vocabulary"}  # the file has it
     return summary

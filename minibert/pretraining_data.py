@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from minibert.errors import MiniBertError
+from minibert.fileio import write_json
 from minibert.seeds import generator_for
 
 CACHE_VERSION = 1
@@ -113,7 +114,11 @@ def build_token_cache(files, tokenizer, cache_dir, progress=True):
     key = cache_key(files, tokenizer_fingerprint(tokenizer), {"splitter": SENTENCE_END.pattern})
     folder = Path(cache_dir) / key
     if (folder / "done").exists():
-        return folder
+        try:
+            read_cache_marker(folder)
+            return folder
+        except MiniBertError as e:  # a damaged marker: build the cache again rather than trust the arrays
+            tqdm.write(f"rebuilding the token cache: {e}")
 
     tokens, starts, documents = [], [0], []
     total = 0
@@ -132,12 +137,17 @@ def build_token_cache(files, tokenizer, cache_dir, progress=True):
     if total == 0:
         raise MiniBertError("the corpus produced no tokens")
     dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max else np.int32
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MiniBertError(f"--cache-dir {cache_dir}: cannot make the token cache folder ({e.strerror})") from None
     np.save(folder / "tokens.npy", np.concatenate(tokens).astype(dtype))
     np.save(folder / "sentence_starts.npy", np.asarray(starts, dtype=np.int64))
     np.save(folder / "sentence_documents.npy", np.asarray(documents, dtype=np.int32))
-    (folder / "done").write_text(json.dumps({"files": [str(f) for f in files], "tokens": total,
-                                             "tokenizer": tokenizer_fingerprint(tokenizer)}))
+    # The marker last, and atomically: a cache killed half-way has no marker
+    # (or the old one), never half a marker next to half-written arrays.
+    write_json(folder / "done", {"files": [str(f) for f in files], "tokens": total,
+                                 "tokenizer": tokenizer_fingerprint(tokenizer)})
     return folder
 
 
@@ -145,10 +155,24 @@ def is_token_cache(path):
     return (Path(path) / "done").is_file() and (Path(path) / "tokens.npy").is_file()
 
 
+def read_cache_marker(folder):
+    """The `done` file that build_token_cache writes last: a JSON object naming
+    the files, the token count and the vocabulary's fingerprint."""
+    path = Path(folder) / "done"
+    try:
+        marker = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError covers bad JSON and bad UTF-8
+        raise MiniBertError(f"{path}: damaged token cache marker ({e}); delete {folder} to build it again") from None
+    if not isinstance(marker, dict) or not isinstance(marker.get("tokenizer"), str):
+        raise MiniBertError(f"{path}: damaged token cache marker (expected a JSON object with a \"tokenizer\" "
+                            f"fingerprint); delete {folder} to build it again")
+    return marker
+
+
 def check_token_cache(folder, tokenizer):
     """A prepared cache given directly (e.g. copied to another machine) must
     have been made with this vocabulary."""
-    made_with = json.loads((Path(folder) / "done").read_text()).get("tokenizer")
+    made_with = read_cache_marker(folder)["tokenizer"]
     if made_with != tokenizer_fingerprint(tokenizer):
         raise MiniBertError(f"{folder}: this token cache was made with a different vocabulary or casing")
     return folder
@@ -159,9 +183,12 @@ class TokenCache:
 
     def __init__(self, folder):
         folder = Path(folder)
-        self.tokens = np.load(folder / "tokens.npy", mmap_mode="r")
-        self.sentence_starts = np.load(folder / "sentence_starts.npy")
-        self.sentence_documents = np.load(folder / "sentence_documents.npy")
+        try:
+            self.tokens = np.load(folder / "tokens.npy", mmap_mode="r")
+            self.sentence_starts = np.load(folder / "sentence_starts.npy")
+            self.sentence_documents = np.load(folder / "sentence_documents.npy")
+        except (OSError, ValueError, EOFError) as e:  # missing, truncated or not numpy arrays
+            raise MiniBertError(f"{folder}: damaged token cache ({e}); delete it to build it again") from None
 
     def sentence(self, index):
         return self.tokens[self.sentence_starts[index]:self.sentence_starts[index + 1]]
@@ -279,7 +306,9 @@ class PretrainingBatches:
         self.is_continuation = torch.tensor(continuation_flags(tokenizer), dtype=torch.bool)
         self.batches_per_epoch = len(blocks) // batch_size
         if self.batches_per_epoch == 0:
-            raise MiniBertError(f"the corpus makes {len(blocks)} sequences, fewer than one batch of {batch_size}")
+            raise MiniBertError(f"the corpus makes {len(blocks)} sequences of up to {max_seq_len} tokens, fewer "
+                                f"than one batch of {batch_size}; use a smaller --batch-size or --max-seq-len, "
+                                f"or more text")
 
     def __len__(self):
         return self.batches_per_epoch

@@ -107,6 +107,14 @@ def max_length_for(model):
     return min(512, model.config.max_position_embeddings)
 
 
+def count_too_long(tokenizer, sentences, max_length):
+    """How many sentences encoded_batches cuts: more tokens, with [CLS] and
+    [SEP], than the model has positions (probe_model reports the number)."""
+    specials = tokenizer.backend.num_special_tokens_to_add(is_pair=False)
+    encodings = tokenizer.backend.encode_batch(sentences, add_special_tokens=False)
+    return sum(len(e.ids) + specials > max_length for e in encodings)
+
+
 # ----------------------------------------------------------------------------
 # Scores
 # ----------------------------------------------------------------------------
@@ -154,6 +162,8 @@ class ProbeResult:
     layers: list
     masked: Optional[dict] = None               # last layer on [MASK]ed positions (mask_prob given)
     examples: list = field(default_factory=list)  # [{"input": str, "layers": [str per layer]}]
+    truncated: int = 0                          # sentences cut to the model's positions (max_length)
+    max_length: int = 512                       # tokens per sentence the model takes, [CLS] and [SEP] included
 
     def to_dict(self):
         return asdict(self)
@@ -251,8 +261,10 @@ def probe_model(model, tokenizer, sentences, *, mlm_head=None, batch_size=32, ma
         raise MiniBertError(f"descriptions: got {len(descriptions)} labels for {len(scores)} hidden states")
     layers = [LayerResult(layer=l, description=d, **s.summary())
               for l, (s, d) in enumerate(zip(scores, descriptions))]
+    max_length = max_length_for(model)
     result = ProbeResult(model=model_name, head=head_name, sentences=len(sentences), tokens=scores[0].tokens,
-                         layers=layers, examples=examples)
+                         layers=layers, examples=examples, max_length=max_length,
+                         truncated=count_too_long(tokenizer, sentences, max_length))
     if mask_prob is not None:
         result.masked = masked_accuracy(model, head, tokenizer, sentences, mask_prob, seed, batch_size, device)
     return result
@@ -379,9 +391,13 @@ def format_table(result):
 
 
 def format_header(result):
-    return (f"model: {result.model}\nMLM head: {result.head}\n"
-            f"{result.sentences} sentences, {result.tokens} real tokens per layer "
-            f"([CLS], [SEP] and padding excluded; unmasked input)")
+    header = (f"model: {result.model}\nMLM head: {result.head}\n"
+              f"{result.sentences} sentences, {result.tokens} real tokens per layer "
+              f"([CLS], [SEP] and padding excluded; unmasked input)")
+    if result.truncated:   # their ends were never seen: say so rather than score them silently
+        header += (f"\nnote: {result.truncated} of {result.sentences} sentences are longer than the model's "
+                   f"{result.max_length} tokens and were cut to fit")
+    return header
 
 
 def format_bars(result, width=50):

@@ -129,6 +129,13 @@ class Tokenizer:
                         tokens=self.convert_ids_to_tokens(encoding.ids), word_ids=encoding.word_ids,
                         sequence_ids=encoding.sequence_ids)
 
+    def encode_many(self, texts, text_pairs=None, max_length=None):
+        """`encode` for a list of texts (and pairs) at once: a list of
+        Encodings, tokenized in parallel by the `tokenizers` backend."""
+        encodings = self._encode_all(list(texts), None if text_pairs is None else list(text_pairs), max_length)
+        return [Encoding(ids=e.ids, token_type_ids=e.type_ids, offsets=e.offsets, tokens=e.tokens,
+                         word_ids=e.word_ids, sequence_ids=e.sequence_ids) for e in encodings]
+
     def batch_encode(self, texts, text_pairs=None, max_length=512):
         """Encode a batch into LongTensors `input_ids`, `token_type_ids`,
         `attention_mask` of shape (batch, longest), padded with pad_id.
@@ -316,10 +323,21 @@ def wordpiece_tokenizer(vocab_file, do_lower_case=True):
     return _wordpiece_from_vocab(read_vocab(vocab_file), do_lower_case, source=str(vocab_file))
 
 
-def train_wordpiece(files, vocab_size, do_lower_case=True, min_frequency=2):
+def train_wordpiece(files, vocab_size, do_lower_case=True, min_frequency=2, limit_alphabet=1000):
     """Train a new WordPiece vocabulary on text files with `tokenizers` (shows a
-    progress bar). Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]; then the
-    alphabet (single characters and their "##" forms) and the learned pieces."""
+    progress bar). Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]; then the "##"
+    forms of the characters that continue words, the alphabet (the
+    `limit_alphabet` most frequent characters) and the learned pieces.
+
+    Deterministic: the same files and settings give the same vocabulary, in
+    every run and with any number of threads. `tokenizers`' trainer alone is
+    not: it numbers each "##x" piece when it first meets it while walking the
+    corpus's words in hash-map order (a new random order in every run), breaks
+    ties between equally frequent pairs by those numbers, and breaks ties in
+    character counts at the alphabet limit by hash order too. So the alphabet
+    and the "##x" pieces are worked out here first, in a fixed order, and
+    handed to the trainer (as its initial alphabet and as tokens to number
+    first), which leaves it nothing to number by chance."""
     files = [str(f) for f in ([files] if isinstance(files, (str, pathlib.Path)) else files)]
     for f in files:
         if not pathlib.Path(f).is_file():
@@ -331,13 +349,48 @@ def train_wordpiece(files, vocab_size, do_lower_case=True, min_frequency=2):
                                                     max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
     backend.normalizer = _bert_normalizer(do_lower_case)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    alphabet, continuations = _alphabet_of(files, backend, limit_alphabet)
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=True,
-                                        special_tokens=BERT_SPECIAL_TOKENS, limit_alphabet=1000,
+                                        special_tokens=BERT_SPECIAL_TOKENS + ["##" + c for c in continuations],
+                                        initial_alphabet=alphabet, limit_alphabet=len(alphabet),
                                         continuing_subword_prefix="##")
-    backend.train(files, trainer)
+    try:
+        backend.train(files, trainer)
+    except Exception as e:  # tokenizers raises plain Exceptions (its files were read above, so unlikely)
+        raise MiniBertError(f"train_wordpiece: tokenizers could not train on {', '.join(files)} ({e})") from None
     # Rebuild from the learned vocabulary, so a trained tokenizer is assembled
-    # exactly like one loaded from vocab.txt.
+    # exactly like one loaded from vocab.txt (the "##x" pieces become ordinary
+    # tokens again: they were "special" only to be numbered first).
     return _wordpiece_from_vocab(backend.get_vocab(), do_lower_case, source="trained vocabulary")
+
+
+def _alphabet_of(files, backend, limit_alphabet):
+    """What the WordPiece trainer would find, in a fixed order: the alphabet
+    (the `limit_alphabet` most frequent characters of the words, ties broken
+    by code point, sorted) and the characters of it that continue a word
+    (sorted). Words are what the trainer sees: each file normalized and
+    pre-tokenized by `backend`. Files that are not UTF-8 are refused here,
+    with their name."""
+    from collections import Counter
+    words = Counter()
+    for path in files:
+        try:
+            text = pathlib.Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise MiniBertError(f"{path}: cannot read as UTF-8 text ({e})") from None
+        # Space-separated chunks first: far fewer distinct strings to normalize
+        # and pre-tokenize than the text holds (the normalizer is per character,
+        # and a space is a word boundary before and after normalizing).
+        for chunk, count in Counter(text.split(" ")).items():
+            for word, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(chunk)):
+                words[word] += count
+    frequency, continuing = Counter(), set()
+    for word, count in words.items():
+        for character in word:
+            frequency[character] += count
+        continuing.update(word[1:])
+    alphabet = sorted(sorted(frequency, key=lambda c: (-frequency[c], c))[:limit_alphabet])
+    return alphabet, sorted(continuing.intersection(alphabet))
 
 
 # =============================================================================

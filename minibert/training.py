@@ -21,6 +21,8 @@ the optimizer, the schedule and the step number to resume bit for bit.
 
 import contextlib
 import os
+import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +114,38 @@ def save_checkpoint(path, model, optimizer, scheduler, step, run_config):
         torch.save(state, f)
 
 
+def process_is_alive(pid):
+    """Is process `pid` running on this machine? (Signal 0 checks without sending anything.)"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:      # it exists, but belongs to another user
+        return True
+    return True
+
+
+def remove_stale_temporary_files(path):
+    """Remove what a killed writer left next to `path`: atomic_write writes
+    into `.NAME.PID.HEX.tmp` (fileio.temporary_name) and renames it onto NAME
+    at the end, so a process killed half-way through a checkpoint leaves that
+    file behind for good. Only those of processes that are gone are removed:
+    a live PID may be another run writing right now. Returns the names removed."""
+    path = Path(path)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]+\.tmp")
+    removed = []
+    for candidate in sorted(path.parent.glob(f".{path.name}.*.tmp")):
+        match = pattern.fullmatch(candidate.name)
+        if match is None or process_is_alive(int(match.group(1))):
+            continue
+        if candidate.is_dir():   # a folder written the same way (pretraining.save_model_folder)
+            shutil.rmtree(candidate, ignore_errors=True)
+        else:
+            candidate.unlink(missing_ok=True)
+        removed.append(candidate.name)
+    return removed
+
+
 def load_checkpoint(path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -173,12 +207,17 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
     scheduler = warmup_then_linear_decay(optimizer, config.warmup_steps, config.total_steps)
     start_step = 0
     checkpoint_path = Path(checkpoint_path)
+    if context.is_main:
+        stale = remove_stale_temporary_files(checkpoint_path)
+        if stale:
+            tqdm.write(f"removed {len(stale)} unfinished checkpoint file(s) left by a killed run: {', '.join(stale)}")
     if resume:
         if not checkpoint_path.is_file():
             raise MiniBertError(f"--resume: no checkpoint at {checkpoint_path}")
         state = load_checkpoint(checkpoint_path)
         saved = state.get("run_config", {})
-        for key in ("model_config", "total_steps", "batch_size", "seed", "grad_accum_steps"):
+        for key in ("model_config", "total_steps", "batch_size", "seed", "grad_accum_steps",
+                    "vocabulary_fingerprint"):
             if run_config and key in saved and saved[key] != run_config.get(key):
                 raise MiniBertError(f"--resume: {checkpoint_path} was made with {key}={saved[key]!r}, "
                                     f"this run has {run_config.get(key)!r}")

@@ -278,3 +278,29 @@ def test_cli_bad_arguments_are_one_line_errors(tmp_path, capsys):
     code, captured = run_script_in_process(capsys, "duplicate.py", "--model", tmp_path / "albert", "--repeat", "2",
                                            "--output", out)
     assert code == 0 and "5 layers (from 3)" in captured.out
+
+
+def test_output_is_never_the_source_folder_nor_inside_or_around_it_even_with_force(tmp_path, capsys):
+    save_tiny_model(tmp_path / "models" / "bert")
+    source = tmp_path / "models" / "bert"
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    for output in (source, source / "deeper", tmp_path / "models"):
+        code, captured = run_script_in_process(capsys, "duplicate.py", "--model", source, "--duplicate", "0",
+                                               "--output", output, "--force")
+        lines = captured.err.strip().splitlines()
+        assert code == 1 and len(lines) == 1 and "the folder of the model being copied" in lines[0], captured.err
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before
+    with pytest.raises(MiniBertError, match="is the folder of the model being copied"):   # --model FILE too
+        duplication.check_output_dir(source, force=True, source=source / "config.json")
+    (tmp_path / "file").write_text("x")
+    for args, expected in [(("--repeat", "0"), "--repeat: expected an integer >= 1, got 0"),
+                           (("--duplicate", "0", "--batch-size", "-1"), "--batch-size: expected an integer >= 1"),
+                           (("--duplicate", "0", "--max-sentences", "0"), "--max-sentences: expected an integer >= 1")]:
+        code, captured = run_script_in_process(capsys, "duplicate.py", "--model", source, "--output",
+                                               tmp_path / "out", *args)
+        lines = captured.err.strip().splitlines()
+        assert code == 1 and len(lines) == 1 and expected in lines[0], captured.err
+    code, captured = run_script_in_process(capsys, "duplicate.py", "--model", source, "--duplicate", "0",
+                                           "--output", tmp_path / "file")
+    assert code == 1 and "--output: " + str(tmp_path / "file") + " is a file" in captured.err
+

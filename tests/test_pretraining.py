@@ -10,10 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from minibert.errors import MiniBertError
 from minibert.model import BertConfig, BertModel
 from minibert.pretraining import MaskedLMObjective, pretrain
-from minibert.pretraining_data import mask_tokens, split_sentences
-from minibert.tokenization import train_wordpiece
+from minibert.pretraining_data import (build_token_cache, check_token_cache, mask_tokens, split_sentences,
+                                      tokenizer_fingerprint)
+from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
+from minibert.training import load_checkpoint
+from helpers import run_script_in_process
+from tiny_models import save_tiny_model, write_vocab
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -215,3 +220,120 @@ def test_vocab_config_mismatch_and_incompatible_resume_are_clear_errors(corpus_a
     run_pretrain(files, tokenizer, tmp_path / "b", steps=2)
     with pytest.raises(MiniBertError, match="--resume: .*batch_size"):
         run_pretrain(files, tokenizer, tmp_path / "b", steps=2, batch_size=4, resume=True)
+
+
+# ----------------------------------------------------------------------------
+# Reliability: bad input, killed runs, --resume, output folders
+# ----------------------------------------------------------------------------
+
+TINY_RUN = ["--vocab-size", "200", "--layers", "1", "--hidden", "16", "--heads", "2", "--intermediate", "32",
+            "--max-seq-len", "32", "--batch-size", "4", "--warmup", "0", "--eval-every", "0", "--device", "cpu",
+            "--quiet"]
+
+
+def train_mlm(capsys, corpus, output, *extra):
+    """train_mlm.py with a tiny model, in this process: (exit code, stdout, stderr lines)."""
+    code, captured = run_script_in_process(capsys, "train_mlm.py", "--corpus", *corpus, "--output", output,
+                                           *TINY_RUN, *extra)
+    return code, captured.out, captured.err.strip().splitlines()
+
+
+def vocabulary_of(tokenizer):
+    return tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))
+
+
+def test_train_wordpiece_gives_the_same_vocabulary_every_time(tmp_path):
+    """tokenizers' trainer alone numbered the "##x" pieces in hash-map order,
+    new in every call, and broke ties between pairs by those numbers."""
+    files = write_corpus(tmp_path)
+    first = vocabulary_of(train_wordpiece(files, vocab_size=150))
+    for _ in range(3):
+        assert vocabulary_of(train_wordpiece(files, vocab_size=150)) == first
+
+
+def test_a_corpus_that_is_not_utf8_is_a_one_line_error(tmp_path, capsys):
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Caf\xe9 au lait. Cr\xe8me br\xfbl\xe9e.\n".encode("latin-1") * 20)
+    code, _, err = train_mlm(capsys, [latin1], tmp_path / "run")       # training the vocabulary reads it
+    assert code == 1 and len(err) == 1 and "latin1.txt: cannot read as UTF-8 text" in err[0], err
+    write_vocab(tmp_path)
+    code, _, err = train_mlm(capsys, [latin1], tmp_path / "run", "--vocab", tmp_path / "vocab.txt")
+    assert code == 1 and len(err) == 1 and "latin1.txt: cannot read corpus file as UTF-8 text" in err[0], err
+
+
+def test_a_damaged_token_cache_marker_is_rebuilt_or_reported(corpus_and_tokenizer, tmp_path, capsys):
+    files, tokenizer = corpus_and_tokenizer
+    folder = build_token_cache(files, tokenizer, tmp_path / "cache", progress=False)
+    (folder / "done").write_text('{"files": [', encoding="utf-8")          # a write cut short
+    with pytest.raises(MiniBertError, match="damaged token cache marker"):
+        check_token_cache(folder, tokenizer)
+    assert build_token_cache(files, tokenizer, tmp_path / "cache", progress=False) == folder   # built again
+    assert check_token_cache(folder, tokenizer) == folder
+    (folder / "done").write_bytes(b"\xff\xfe not JSON")
+    tokenizer.save(tmp_path / "vocab")
+    code, _, err = train_mlm(capsys, [folder], tmp_path / "run", "--vocab", tmp_path / "vocab" / "vocab.txt")
+    assert code == 1 and len(err) == 1 and "damaged token cache marker" in err[0], err
+
+
+def test_checkpoint_files_left_by_killed_runs_are_removed(corpus_and_tokenizer, tmp_path):
+    files, tokenizer = corpus_and_tokenizer
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()                                                        # its PID is no process now
+    run = tmp_path / "run"
+    run.mkdir()
+    stale = run / f".checkpoint.pt.{finished.pid}.0badc0de.tmp"            # killed while writing a checkpoint
+    stale.write_bytes(b"half a checkpoint")
+    stale_model = run / f".model.{finished.pid}.0badc0de.tmp"              # killed while saving the model
+    stale_model.mkdir()
+    (stale_model / "config.json").write_text("{")
+    live = run / f".checkpoint.pt.{os.getpid()}.0000cafe.tmp"              # a live process may be writing it
+    live.write_bytes(b"being written")
+    run_pretrain(files, tokenizer, run, steps=2)
+    assert sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")) == [live.name]
+
+
+def test_resume_without_a_checkpoint_starts_from_step_0_and_says_so(tmp_path, capsys):
+    files = write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    (run / "cache").mkdir(parents=True)          # all a run killed before its first checkpoint leaves
+    code, out, err = train_mlm(capsys, files, run, "--steps", "2", "--resume")
+    assert code == 0, err
+    assert [line for line in out.splitlines() if "no checkpoint" in line] == [
+        f"--resume: {run} holds no checkpoint yet (the run stopped before its first one); starting from step 0"]
+    assert load_checkpoint(run / "checkpoint.pt")["step"] == 2
+
+
+def test_resume_uses_the_vocabulary_stored_in_the_checkpoint(tmp_path, capsys):
+    files = write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    code, _, err = train_mlm(capsys, files, run, "--steps", "4", "--max-minutes", "1e-9")   # stops after step 1
+    assert code == 0, err
+    state = load_checkpoint(run / "checkpoint.pt")
+    assert state["step"] == 1
+    write_vocab(tmp_path)                                     # another vocabulary
+    code, _, err = train_mlm(capsys, files, run, "--steps", "4")
+    assert code == 1 and len(err) == 1 and "pass --resume to continue it" in err[0], err
+    code, _, err = train_mlm(capsys, files, run, "--steps", "4", "--resume", "--vocab", tmp_path / "vocab.txt")
+    assert code == 1 and len(err) == 1 and "is not the vocabulary" in err[0], err
+    (run / "vocab.txt").write_bytes((tmp_path / "vocab.txt").read_bytes())   # changed since the checkpoint
+    code, _, err = train_mlm(capsys, files, run, "--steps", "4", "--resume")
+    assert code == 0, err
+    state = load_checkpoint(run / "checkpoint.pt")
+    assert state["step"] == 4
+    saved = wordpiece_tokenizer(run / "vocab.txt")
+    assert tokenizer_fingerprint(saved) == state["run_config"]["vocabulary_fingerprint"]
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_failed_run_never_touches_the_model_in_its_output_folder(tmp_path, capsys):
+    files = write_corpus(tmp_path / "corpus")
+    model = tmp_path / "model"
+    save_tiny_model(model)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    code, _, err = train_mlm(capsys, files, model, "--steps", "2")
+    assert code == 1 and len(err) == 1 and "is not empty" in err[0] and "--force" in err[0], err
+    # --force lets it in; this run fails after training its vocabulary and tokenizing the corpus.
+    code, _, err = train_mlm(capsys, files, model, "--steps", "2", "--force", "--batch-size", "100000")
+    assert code == 1 and len(err) == 1 and "fewer than one batch of 100000" in err[0], err
+    assert {p.name: p.read_bytes() for p in model.iterdir() if p.name != "cache"} == before
+

@@ -148,6 +148,17 @@ def test_outputs_table_bars_examples_json_and_plot(tmp_path):
     assert (tmp_path / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_sentences_longer_than_the_model_are_cut_and_the_header_says_how_many(tmp_path):
+    save_tiny_model(tmp_path)                          # max_position_embeddings 64
+    model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
+    long = " ".join(SENTENCES)                         # about 110 tokens
+    result = probing.probe_model(model, tokenizer, [long, SENTENCES[0], long], batch_size=2)
+    assert result.truncated == 2 and result.max_length == 64
+    header = probing.format_header(result).splitlines()
+    assert header[-1] == "note: 2 of 3 sentences are longer than the model's 64 tokens and were cut to fit"
+    assert "note:" not in probing.format_header(probing.probe_model(model, tokenizer, SENTENCES[:2]))
+
+
 def test_bad_sentence_files_raise(tmp_path):
     with pytest.raises(MiniBertError, match="missing.txt: file not found"):
         probing.read_sentences(tmp_path / "missing.txt")
@@ -201,8 +212,13 @@ def test_cli_errors_are_one_line_and_exit_1(tmp_path, capsys):
     run = run_script("probe.py", "--model", tmp_path / "bare")
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: ") and "no MLM head" in run.stderr
-    for args, expected in [(("--model", tmp_path / "bare", "--mask-prob", "1.5"), "--mask-prob 1.5"),
-                           (("--model", tmp_path / "bare", "--batch-size", "0"), "--batch-size 0"),
+    for args, expected in [(("--model", tmp_path / "bare", "--mask-prob", "1.5"),
+                            "--mask-prob: expected a probability in (0, 1], got 1.5"),
+                           (("--model", tmp_path / "bare", "--batch-size", "0"),
+                            "--batch-size: expected an integer >= 1, got 0"),
+                           (("--model", tmp_path / "bare", "--device", "bogus"), "--device: 'bogus': expected auto"),
+                           (("--model", tmp_path / "bare", "--json", tmp_path), "is a folder"),
+                           (("--model", tmp_path / "bare", "--fit-lr", "nan"), "--fit-lr: expected a number > 0"),
                            (("--model", tmp_path / "bare", "--fit-head", tmp_path / "none.txt"), "none.txt"),
                            (("--model", tmp_path / "nowhere"), "nowhere"),
                            (("--text", tmp_path / "none.txt"), "none.txt: file not found"),
