@@ -5,7 +5,7 @@ The loop in `train` is the whole story of one optimizer step:
     fetch the global micro-batches of this step, keep this process's rows
     count what each loss averages over (masked tokens, sentences), summed over
       all micro-batches and all processes
-    for each micro-batch: forward (bf16 autocast on CUDA), loss, backward
+    for each micro-batch: forward (bf16 autocast on CUDA, or on CPU when asked), loss, backward
     clip the gradient norm, AdamW step, learning-rate schedule step
 
 Each loss term is a sum over items divided by the *global* count for the
@@ -171,7 +171,7 @@ class TrainingConfig:
     eval_every: int = 0            # 0: never
     checkpoint_every: int = 0      # 0: only at the end
     max_minutes: Optional[float] = None  # stop early (with a checkpoint) after this much wall time
-    bf16: bool = True              # bf16 autocast, on CUDA only
+    bf16: Optional[bool] = None    # bf16 autocast: None = on CUDA only, True = on CPU too, False = never
 
 
 def rows_for_rank(batch, context):
@@ -233,8 +233,13 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
     if context.distributed:
         network = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[context.device.index] if context.device.type == "cuda" else None)
-    use_bf16 = config.bf16 and context.device.type == "cuda"
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+    # bf16 halves the bytes moved and runs on tensor cores; on a CPU it pays
+    # only where the CPU has bf16 instructions (AVX512-BF16, AMX), so there it
+    # is opt-in. Weights and optimizer state stay float32 either way.
+    use_bf16 = config.bf16 is not False and (context.device.type == "cuda" or
+                                             (config.bf16 and context.device.type == "cpu"))
+    device_type = context.device.type
+    autocast = (lambda: torch.autocast(device_type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
 
     history, summary = [], {"start_step": start_step}
     totals = {}

@@ -1,0 +1,179 @@
+r"""Fine-tune a pretrained BERT or ALBERT on a downstream task (Devlin et al. 2018, section 4).
+
+  fine-tune  python finetune.py --task TASK --model M --train FILE [--eval FILE] --output DIR
+  predict    python finetune.py --model DIR --predict FILE --output PREDS
+  evaluate   python finetune.py --model DIR --eval FILE [--json OUT]
+  ensemble   python finetune.py --ensemble DIR DIR ... (--predict FILE --output PREDS | --eval FILE [--json OUT])
+
+TASK is one of
+  sst2       sentence sentiment: GLUE TSV (sentence<TAB>label) or SST PTB trees; accuracy
+  snli       natural language inference: the jsonl release; accuracy
+  mnli       GLUE TSV; accuracy
+  mrpc       paraphrase: GLUE TSV or msr_paraphrase_*.txt; accuracy and F1
+  qqp        GLUE TSV; accuracy and F1
+  conll2003  named entities: CoNLL columns (IOB1 or IOB2); conlleval entity precision/recall/F1
+  squad      extractive QA: SQuAD v1.1 or v2.0 JSON; EM/F1 (and the no-answer breakdown for v2.0)
+
+M is anything minibert loads: a Hugging Face or Google TF folder, a known
+name, the bundled model (minibert-gutenberg), a duplicate.py folder.
+DIR (fine-tuned) holds the encoder in Hugging Face layout, head.safetensors,
+task.json and metrics.json.
+
+Only dev files exist here for SNLI and SQuAD: --split-eval FRACTION holds out
+that fraction of the --train file (SQuAD: whole articles) with a fixed seed;
+the held-out part is evaluated and named in every reported figure.
+
+examples:
+  python finetune.py --task sst2 --model ../minilm --train ../shared/data/sst2/train.tsv \
+      --eval ../shared/data/sst2/dev.tsv --epochs 2 --output runs/sst2
+  python finetune.py --model runs/sst2 --eval ../shared/data/sst2/dev.tsv --json sst2.json
+  python finetune.py --ensemble runs/sst2-a runs/sst2-b --predict test.tsv --output preds.jsonl
+"""
+
+from minibert import cli
+from minibert.cli import ArgumentParser, HelpFormatter, run
+
+TASKS = ["sst2", "snli", "mnli", "mrpc", "qqp", "conll2003", "squad"]
+
+parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+what = parser.add_argument_group("what to do")
+what.add_argument("--task", choices=TASKS, help="fine-tune on this task (needs --train and --output)")
+what.add_argument("--model", help="fine-tune: the pretrained model (default: the bundled model); "
+                                  "predict/evaluate: a fine-tuned folder")
+what.add_argument("--ensemble", nargs="+", metavar="DIR", help="fine-tuned folders whose probabilities are averaged")
+what.add_argument("--train", metavar="FILE", help="training file")
+what.add_argument("--eval", metavar="FILE", help="labelled file to evaluate on (each epoch when fine-tuning)")
+what.add_argument("--split-eval", type=cli.probability(include_one=False), metavar="FRACTION",
+                  help="hold out this fraction of --train (fixed seed; SQuAD by article) and evaluate on it")
+what.add_argument("--predict", metavar="FILE", help="file to predict (any input format of the task)")
+what.add_argument("--output", help="fine-tune: the output folder; predict: the predictions file")
+what.add_argument("--json", type=cli.output_file, metavar="OUT", help="also write the metrics (or summary) as JSON")
+train = parser.add_argument_group("training (BERT's defaults, Devlin et al. A.3)")
+train.add_argument("--epochs", type=cli.positive_int, default=3, help="passes over the training set")
+train.add_argument("--max-steps", type=cli.positive_int, help="stop after this many steps instead")
+train.add_argument("--lr", type=cli.positive_float, default=5e-5, help="peak learning rate (AdamW)")
+train.add_argument("--batch-size", type=cli.positive_int, default=32, help="training examples per step")
+train.add_argument("--eval-batch-size", type=cli.positive_int, default=128,
+                   help="examples per forward pass when evaluating or predicting")
+train.add_argument("--max-seq-len", type=cli.int_at_least(8), help="tokens per example (default 128; 384 for squad)")
+train.add_argument("--warmup", type=cli.probability(include_zero=True, include_one=False), default=0.1,
+                   help="fraction of the steps with a rising learning rate")
+train.add_argument("--weight-decay", type=cli.non_negative_float, default=0.01, help="AdamW weight decay")
+train.add_argument("--seed", type=cli.non_negative_int, default=0, help="random seed (data order, dropout, head init, split)")
+train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
+                   help="use only the first N training examples (quick runs)")
+train.add_argument("--bf16", action="store_true",
+                   help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX); weights stay float32")
+train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
+train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint) after this much time")
+train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
+train.add_argument("--quiet", action="store_true", help="no progress bars")
+squad = parser.add_argument_group("squad")
+squad.add_argument("--doc-stride", type=cli.positive_int, default=128, help="tokens between context windows")
+squad.add_argument("--max-query-len", type=cli.positive_int, default=64, help="question tokens kept")
+squad.add_argument("--max-answer-len", type=cli.positive_int, default=30, help="longest answer, in tokens")
+squad.add_argument("--n-best", type=cli.positive_int, default=20, help="start and end candidates per window")
+squad.add_argument("--null-threshold", type=cli.finite_float, default=0.0,
+                   help="v2.0: answer '' when score(no answer) - score(best span) exceeds this")
+
+
+def main(argv=None):
+    args = parser.parse_args(argv)
+    from minibert.errors import MiniBertError
+
+    if args.ensemble and (args.task or args.train or args.model):
+        raise MiniBertError("--ensemble takes fine-tuned folders: do not combine it with --task, --train or --model")
+    if args.task:
+        if not args.train or not args.output:
+            raise MiniBertError("fine-tuning (--task) needs --train FILE and --output DIR")
+        if args.predict:
+            raise MiniBertError("--predict works on a fine-tuned folder: run it after fine-tuning")
+        return fine_tune(args)
+    if not (args.model or args.ensemble):
+        raise MiniBertError("nothing to do: give --task (fine-tune), or --model/--ensemble with --predict or --eval "
+                            "(see --help)")
+    if bool(args.predict) == bool(args.eval):
+        raise MiniBertError("give one of --predict FILE (with --output) or --eval FILE")
+    if args.predict and not args.output:
+        raise MiniBertError("--predict needs --output PREDS")
+    return predict_or_evaluate(args)
+
+
+def task_settings(args):
+    """What the task object needs besides its name (SQuAD's window settings)."""
+    if args.task != "squad":
+        return {}
+    return {"doc_stride": args.doc_stride, "max_query_len": args.max_query_len,
+            "max_answer_len": args.max_answer_len, "n_best": args.n_best, "null_threshold": args.null_threshold}
+
+
+def fine_tune(args):
+    from pathlib import Path
+
+    from minibert import finetuning
+    from minibert.errors import MiniBertError
+    from minibert.fileio import write_json
+    from minibert.tasks import make_task, split_for_evaluation
+
+    output = cli.output_folder(args.output)
+    if (output / "task.json").exists() and not args.resume:
+        raise MiniBertError(f"--output {output}: already holds a fine-tuned model; choose another folder "
+                            f"(or --resume to continue its run)")
+    task = make_task(args.task, settings=task_settings(args))
+    examples = task.read(Path(args.train))
+    if args.max_train_examples:
+        examples = examples[:args.max_train_examples]
+    if args.split_eval is not None:
+        if args.eval:
+            raise MiniBertError("give --eval FILE or --split-eval FRACTION, not both")
+        examples, eval_examples = split_for_evaluation(task, examples, args.split_eval, args.seed)
+        eval_name = f"held-out {args.split_eval:.0%} of {args.train} (seed {args.seed})"
+    elif args.eval:
+        eval_examples, eval_name = task.read(Path(args.eval)), args.eval
+    else:
+        eval_examples, eval_name = None, None
+    max_seq_len = args.max_seq_len or (384 if args.task == "squad" else 128)
+    summary = finetuning.fine_tune(
+        task, args.model, examples, eval_examples, output, epochs=args.epochs, max_steps=args.max_steps,
+        learning_rate=args.lr, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
+        max_seq_len=max_seq_len, warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed,
+        bf16=args.bf16, device=args.device, resume=args.resume, progress=not args.quiet,
+        max_minutes=args.max_minutes, settings={**task_settings(args), "evaluated_on": eval_name})
+    best = summary.get("best")
+    if best is not None:
+        record = {"task": args.task, "evaluated_on": eval_name, **best}
+        write_json(output / "metrics.json", record)
+        print(finetuning.format_metrics(best, f"{args.task}, best epoch, on {eval_name}"))
+    print(f"saved to {output} ({summary['seconds']:.0f} s, {summary['end_step']} steps)")
+    if args.json:
+        write_json(args.json, finetuning.json_safe(summary))
+    return 0
+
+
+def predict_or_evaluate(args):
+    from pathlib import Path
+
+    from minibert import finetuning
+    from minibert.fileio import write_json
+    from minibert.tasks import make_task
+
+    folders = args.ensemble or [args.model]
+    path = Path(args.predict or args.eval)
+    task, examples, predictions = finetuning.predict(folders, path, make_task, device=args.device,
+                                                     batch_size=args.eval_batch_size, progress=not args.quiet)
+    if args.predict:
+        output = cli.output_file(args.output)
+        task.write_predictions(examples, predictions, output)
+        print(f"wrote predictions for {len(predictions)} examples to {output}")
+        return 0
+    metrics = task.metrics(examples, predictions)
+    title = f"{task.name} on {path}" + (f" (ensemble of {len(folders)})" if len(folders) > 1 else "")
+    print(finetuning.format_metrics(metrics, title))
+    if args.json:
+        write_json(args.json, {"task": task.name, "evaluated_on": str(path), "models": [str(f) for f in folders],
+                               **metrics})
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
