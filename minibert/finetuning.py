@@ -20,6 +20,7 @@ what they share:
 A task object has:
 
   name, labels, main_metric      e.g. "sst2", ["0", "1"], "accuracy"
+  uses_pooler                    whether the head reads the pooled [CLS] vector
   read(path)                     the examples of a data file
   features(examples, tokenizer, max_seq_len)
                                  a list of dicts: input_ids, token_type_ids, the
@@ -65,12 +66,16 @@ HEAD_FILE = "head.safetensors"
 
 class TaskModel(nn.Module):
     """The pretrained encoder and one task head. The encoder's pretraining
-    heads (MLM, NSP/SOP) are dropped: fine-tuning does not use them."""
+    heads (MLM, NSP/SOP) are dropped, and so is the pooler for token-level
+    tasks: fine-tuning does not use them (and torch.distributed refuses
+    parameters that get no gradient)."""
 
-    def __init__(self, encoder, head):
+    def __init__(self, encoder, head, uses_pooler=True):
         super().__init__()
         encoder.mlm_head = None
         encoder.pair_head = None
+        if not uses_pooler:
+            encoder.pooler = None
         self.encoder = encoder
         self.head = head
 
@@ -221,7 +226,6 @@ def load_task_model(folder, make_task):
     record = read_task_record(folder)
     task = make_task(record["task"], labels=record.get("labels"), settings=record)
     encoder = load_pretrained(folder)
-    add_pooler_if_missing(encoder)
     head = task.make_head(encoder.config)
     head_file = Path(folder) / HEAD_FILE
     weights = load_safetensors(head_file)
@@ -230,7 +234,7 @@ def load_task_model(folder, make_task):
     except RuntimeError as e:
         raise MiniBertError(f"{head_file}: does not fit the {record['task']} head with "
                             f"{len(task.labels or [])} labels ({str(e).splitlines()[0]})") from None
-    model = TaskModel(encoder, head).eval()
+    model = TaskModel(encoder, head, task.uses_pooler).eval()
     return model, task, load_tokenizer(folder), record
 
 
@@ -274,8 +278,9 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         raise MiniBertError(f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
                             f"({encoder.config.max_position_embeddings})")
     torch.manual_seed(seed)              # the new pooler's and head's initial weights depend on the seed only
-    add_pooler_if_missing(encoder)
-    model = TaskModel(encoder, task.make_head(encoder.config))
+    if task.uses_pooler:
+        add_pooler_if_missing(encoder)
+    model = TaskModel(encoder, task.make_head(encoder.config), task.uses_pooler)
 
     train_features = task.features(train_examples, tokenizer, max_seq_len)
     batches = LengthGroupedBatches(train_features, batch_size, seed, tokenizer.pad_id)

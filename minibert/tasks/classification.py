@@ -46,6 +46,7 @@ class ClassificationTask:
     """SST-2, SNLI, MNLI, MRPC or QQP (see CLASSIFICATION_TASKS)."""
 
     main_metric = "accuracy"
+    uses_pooler = True
 
     def __init__(self, name, labels=None):
         default_labels, self.with_f1 = CLASSIFICATION_TASKS[name]

@@ -1,0 +1,262 @@
+"""Named entity recognition on CoNLL-2003 ([BERT] 5.3; Figure 4d, "single
+sentence tagging").
+
+Every token's final hidden vector T_i goes through dropout and one linear
+layer W (K x H), and softmax(T_i W^T) is the distribution over the K tags.
+WordPiece splits a word into pieces, but the tags belong to words: as in the
+paper (5.3), only the FIRST piece of each word is labelled and predicted;
+the other pieces get the label -100, which the cross-entropy ignores, and
+their outputs are not read (docs/papers.md 4.2).
+
+    words   Jim    Henson         was
+    pieces  jim    hen    ##son   was
+    labels  B-PER  I-PER  -100    O
+
+Tags: CoNLL-2003's shared files are IOB1 (an entity starts with I-; B- only
+separates two adjacent entities of one type). The model is trained on IOB2
+(every entity starts with B-), which gives "first word of an entity" one
+consistent tag; conlleval reads both encodings the same (metrics.py), so
+the gold tags are scored as written in the file.
+
+Examples: `read` returns a `NerExamples`, the list of the file's sentences
+that also keeps the file's lines, so that `write_predictions` can write
+the input file back with one more column.
+"""
+
+import bisect
+
+import numpy as np
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minibert import metrics
+from minibert.errors import MiniBertError
+from minibert.tasks.readers import read_conll, write_conll_predictions
+
+IGNORED = -100   # the label of tokens the loss skips (F.cross_entropy's ignore_index)
+
+
+class NerExamples(list):
+    """The sentences (NerSentence) of one CoNLL file, in file order.
+
+    A list, so that len() and iteration work as for every other task
+    (fine_tune counts its training examples), plus `ner_file`, the NerFile
+    they came from: its lines are what `write_predictions` writes back."""
+
+    def __init__(self, ner_file):
+        super().__init__(ner_file.sentences)
+        self.ner_file = ner_file
+
+
+class TokenClassificationHead(nn.Module):
+    """logits_i = W dropout(T_i) + b for every token i."""
+
+    def __init__(self, config, num_labels):
+        super().__init__()
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        nn.init.normal_(self.classifier.weight, std=config.initializer_range)   # as Google's output_weights
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, output):
+        return self.classifier(self.dropout(output.last_hidden_state))   # (B, T, H) -> (B, T, K)
+
+
+# ----------------------------------------------------------------------------
+# Words -> word pieces
+# ----------------------------------------------------------------------------
+
+
+def word_of_each_piece(words, offsets):
+    """For each piece, given its character `offsets` (start, end) in the
+    words joined by single spaces: the index of the word it comes from.
+
+    The tokenizer's own word_ids are no use here: its pre-tokenizer splits
+    at punctuation, so the CoNLL word "U.S." is four tokenizer words. The
+    pieces' character offsets are exact, so each piece is placed in the
+    CoNLL word whose characters it starts in. (A piece that starts on a
+    space, like a lone SentencePiece "▁", belongs to the word after it.)"""
+    starts, ends, position = [], [], 0
+    for word in words:
+        starts.append(position)
+        ends.append(position + len(word))
+        position += len(word) + 1   # the joining space
+    word_of_piece = []
+    for start, _ in offsets:
+        word = bisect.bisect_right(starts, start) - 1
+        if start >= ends[word]:      # on the space after `word`
+            word += 1
+        word_of_piece.append(word)
+    return word_of_piece
+
+
+def chunk_starts(word_of_piece, budget):
+    """Where to cut a sentence's pieces into chunks of at most `budget`
+    pieces (the start index of each chunk).
+
+    BERT sees at most max_seq_len tokens, but every word of a CoNLL file
+    needs a tag, so a long sentence is cut into consecutive chunks, each a
+    feature of its own, rather than truncated. A cut falls between two
+    words, so every word keeps its pieces together; only a word of more
+    than `budget` pieces is itself cut (its first piece, the labelled one,
+    stays in the earlier chunk). Chunks do not overlap: the words near a
+    cut see less context, which costs little because few CoNLL sentences
+    are longer than the 126 pieces that max_seq_len 128 leaves."""
+    starts = [0]
+    while len(word_of_piece) - starts[-1] > budget:
+        cut = starts[-1] + budget            # the furthest this chunk can reach
+        while cut > starts[-1] and word_of_piece[cut] == word_of_piece[cut - 1]:
+            cut -= 1                         # back to the start of the word that `cut` splits
+        starts.append(cut if cut > starts[-1] else starts[-1] + budget)
+    return starts
+
+
+def first_pieces(word_of_piece):
+    """For each piece: the index of the word it starts, None for the word's
+    later pieces (the only pieces that are labelled and predicted)."""
+    return [word if i == 0 or word != word_of_piece[i - 1] else None for i, word in enumerate(word_of_piece)]
+
+
+# ----------------------------------------------------------------------------
+# The task
+# ----------------------------------------------------------------------------
+
+
+class NerTask:
+    """CoNLL-2003 NER: IOB2 tags, one per word, from the word's first piece.
+
+    `labels` is the tag set, "O" first (its index is the class index). By
+    default it is learned from the tags of the files `read` before the
+    head is made, in practice the training (and evaluation) file, converted
+    to IOB2 and sorted; a fine-tuned folder stores it in task.json, and the
+    task loaded from there gets it back as `labels`."""
+
+    name = "conll2003"
+    main_metric = "f1"
+    uses_pooler = False       # a class per token: the head reads every token, not [CLS]
+
+    def __init__(self, labels=None):
+        self.labels = list(labels) if labels is not None else None
+        self.learning_labels = labels is None
+
+    def read(self, path):
+        """The sentences of a CoNLL file, as NerExamples."""
+        examples = NerExamples(read_conll(path))
+        if self.learning_labels:
+            self.learn_labels(examples)
+        return examples
+
+    def learn_labels(self, examples):
+        """Add the IOB2 tags of `examples` to the labels ("O" first, then sorted)."""
+        tags = {tag for sentence in examples if sentence.tags is not None for tag in iob2_tags(sentence)}
+        if not tags:   # a file to predict on: nothing to learn from
+            return
+        known = set(self.labels or []) | tags | {"O"}
+        self.labels = ["O"] + sorted(known - {"O"})
+
+    def label_ids(self, sentence, index):
+        """The class index of each word's IOB2 tag."""
+        ids = {label: i for i, label in enumerate(self.labels)}
+        tags = iob2_tags(sentence)
+        unknown = [tag for tag in tags if tag not in ids]
+        if unknown:
+            raise MiniBertError(f"line {sentence.line_numbers[0]} (sentence {index}): tag {unknown[0]!r} is not one "
+                                f"of the model's labels {self.labels}")
+        return [ids[tag] for tag in tags]
+
+    def features(self, examples, tokenizer, max_seq_len):
+        """One feature per chunk of max_seq_len - 2 pieces ([CLS] chunk [SEP]),
+        so usually one per sentence (see `chunk_starts`). Besides the model
+        inputs, a feature has "labels" (per token: the tag index at a word's
+        first piece, -100 elsewhere; only for tagged files), "example" (the
+        sentence index) and "_word_starting_here" (per token: the word it is
+        the first piece of, or None), which `predict` maps back with."""
+        self.check_labels()
+        budget = max_seq_len - 2
+        if budget < 1:
+            raise MiniBertError(f"max_seq_len {max_seq_len} leaves no room for a word between [CLS] and [SEP]")
+        texts = [" ".join(sentence.words) for sentence in examples]
+        encodings = tokenizer.encode_many(texts)   # no max_length: the chunks below keep every piece
+        features = []
+        for index, (sentence, encoding) in enumerate(zip(examples, encodings)):
+            real = [i for i, sequence in enumerate(encoding.sequence_ids) if sequence is not None]   # drop [CLS]/[SEP]
+            ids = [encoding.ids[i] for i in real]
+            word_of_piece = word_of_each_piece(sentence.words, [encoding.offsets[i] for i in real])
+            starting = first_pieces(word_of_piece)
+            tag_ids = self.label_ids(sentence, index) if sentence.tags is not None else None
+            starts = chunk_starts(word_of_piece, budget)
+            for start, end in zip(starts, starts[1:] + [len(ids)]):
+                word_starting_here = [None] + starting[start:end] + [None]   # [CLS] and [SEP] start no word
+                feature = {"input_ids": [tokenizer.cls_id] + ids[start:end] + [tokenizer.sep_id],
+                           "token_type_ids": [0] * len(word_starting_here), "example": index,
+                           "_word_starting_here": word_starting_here}
+                if tag_ids is not None:
+                    feature["labels"] = [IGNORED if word is None else tag_ids[word] for word in word_starting_here]
+                features.append(feature)
+        return features
+
+    def check_labels(self):
+        if not self.labels:
+            raise MiniBertError("conll2003: the tag set is unknown: read the training file with this task first "
+                                "(its tags are the labels), or pass NerTask(labels=[...])")
+
+    def make_head(self, config):
+        """The head; from here on the labels are fixed (they are its outputs)."""
+        self.check_labels()
+        self.learning_labels = False
+        return TokenClassificationHead(config, len(self.labels))
+
+    # ---- the objective (training.train) ------------------------------------
+
+    def counts(self, batch):
+        return {"ner": int((batch["labels"] != IGNORED).sum())}
+
+    def losses(self, logits, batch):
+        logits, labels = logits.float(), batch["labels"]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                               ignore_index=IGNORED, reduction="sum")
+        correct = ((logits.argmax(-1) == labels) & (labels != IGNORED)).sum()
+        return {"ner": (loss, correct)}
+
+    # ---- predictions and metrics -------------------------------------------
+
+    def outputs(self, logits, batch):
+        """Per feature: (tokens, labels) probabilities of its real tokens."""
+        probabilities = logits.detach().float().softmax(-1).cpu().numpy()
+        lengths = batch["attention_mask"].sum(-1).tolist()
+        return [row[:n] for row, n in zip(probabilities, lengths)]
+
+    def predict(self, examples, features, outputs):
+        """One list of IOB2 tags per sentence, one tag per word: the most
+        probable tag at the word's first piece, the chunks of a long sentence
+        put back together. A word with no piece at all (one the tokenizer
+        deletes, e.g. a lone control character) is tagged O. The tags are
+        the argmax per word, as in BERT; an I- after O can occur and
+        conlleval reads it as the start of an entity."""
+        tags = [["O"] * len(sentence.words) for sentence in examples]
+        for feature, probabilities in zip(features, outputs):
+            for token, word in enumerate(feature["_word_starting_here"]):
+                if word is not None:
+                    tags[feature["example"]][word] = self.labels[int(np.argmax(probabilities[token]))]
+        return tags
+
+    def metrics(self, examples, predictions):
+        """conlleval's precision, recall and F1 over entities (percent), overall
+        and "per_type", gold tags as the file writes them (IOB1)."""
+        if any(sentence.tags is None for sentence in examples):
+            raise MiniBertError("conll2003: the evaluation file has no tag column")
+        scores = metrics.conlleval([sentence.tags for sentence in examples], predictions)
+        return {key: scores[key] for key in ("precision", "recall", "f1", "per_type")}
+
+    def write_predictions(self, examples, predictions, path):
+        """The input file with the predicted tag as one more column (so a
+        file with gold tags becomes what the conlleval script scores)."""
+        if not isinstance(examples, NerExamples):
+            raise MiniBertError("conll2003: write_predictions needs the examples NerTask.read returned "
+                                "(they keep the file's lines)")
+        write_conll_predictions(examples.ner_file, predictions, path)
+
+
+def iob2_tags(sentence):
+    """A sentence's tags as IOB2 (CoNLL-2003's files are IOB1)."""
+    return metrics.iob1_to_iob2(sentence.tags)
