@@ -85,6 +85,25 @@ class TaskModel(nn.Module):
         return self.head(output)
 
 
+class OutputLayer(nn.Module):
+    """The one layer fine-tuning adds ([BERT] 4): logits = W dropout(h) + b,
+    with h the pooled [CLS] vector C (sentence tasks, Figure 4a/b) or every
+    token's final vector T_i (token tasks, Figure 4d). W starts as N(0, 0.02)
+    and b at zero, as Google's output_weights/output_bias."""
+
+    def __init__(self, config, num_outputs, per_token):
+        super().__init__()
+        self.per_token = per_token
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_outputs)
+        nn.init.normal_(self.classifier.weight, std=config.initializer_range)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, output):
+        h = output.last_hidden_state if self.per_token else output.pooled_output   # (B, T, H) or (B, H)
+        return self.classifier(self.dropout(h))                                     # (B, T, K) or (B, K)
+
+
 def add_pooler_if_missing(encoder):
     """Sentence-level heads read the pooled output. A checkpoint saved without
     a pooler (Hugging Face's BertForMaskedLM files, the bundled model) gets a

@@ -10,12 +10,12 @@ the cross-entropy of the gold class.
 import json
 
 import numpy as np
-import torch.nn as nn
 import torch.nn.functional as F
 
 from minibert import metrics
 from minibert.errors import MiniBertError
 from minibert.fileio import atomic_write
+from minibert.finetuning import OutputLayer
 
 # task -> (its labels as written in the data, whether the official metrics add
 # the F1 of the positive class "1": GLUE reports it for MRPC and QQP)
@@ -26,20 +26,6 @@ CLASSIFICATION_TASKS = {
     "mrpc": (["0", "1"], True),
     "qqp": (["0", "1"], True),
 }
-
-
-class ClassificationHead(nn.Module):
-    """logits = W dropout(C) + b, with C the pooled [CLS] vector."""
-
-    def __init__(self, config, num_labels):
-        super().__init__()
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=config.initializer_range)   # as Google's output_weights
-        nn.init.zeros_(self.classifier.bias)
-
-    def forward(self, output):
-        return self.classifier(self.dropout(output.pooled_output))   # (B, H) -> (B, K)
 
 
 class ClassificationTask:
@@ -75,7 +61,7 @@ class ClassificationTask:
         return features
 
     def make_head(self, config):
-        return ClassificationHead(config, len(self.labels))
+        return OutputLayer(config, len(self.labels), per_token=False)   # on the pooled [CLS] vector
 
     # ---- the objective (training.train) ------------------------------------
 

@@ -26,11 +26,11 @@ the input file back with one more column.
 import bisect
 
 import numpy as np
-import torch.nn as nn
 import torch.nn.functional as F
 
 from minibert import metrics
 from minibert.errors import MiniBertError
+from minibert.finetuning import OutputLayer
 from minibert.tasks.readers import read_conll, write_conll_predictions
 
 IGNORED = -100   # the label of tokens the loss skips (F.cross_entropy's ignore_index)
@@ -46,20 +46,6 @@ class NerExamples(list):
     def __init__(self, ner_file):
         super().__init__(ner_file.sentences)
         self.ner_file = ner_file
-
-
-class TokenClassificationHead(nn.Module):
-    """logits_i = W dropout(T_i) + b for every token i."""
-
-    def __init__(self, config, num_labels):
-        super().__init__()
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=config.initializer_range)   # as Google's output_weights
-        nn.init.zeros_(self.classifier.bias)
-
-    def forward(self, output):
-        return self.classifier(self.dropout(output.last_hidden_state))   # (B, T, H) -> (B, T, K)
 
 
 # ----------------------------------------------------------------------------
@@ -204,7 +190,7 @@ class NerTask:
         """The head; from here on the labels are fixed (they are its outputs)."""
         self.check_labels()
         self.learning_labels = False
-        return TokenClassificationHead(config, len(self.labels))
+        return OutputLayer(config, len(self.labels), per_token=True)   # on every token
 
     # ---- the objective (training.train) ------------------------------------
 
