@@ -713,3 +713,19 @@ def test_public_api_imports_without_cycles(first):
         for name in [n for n in sys.modules if n == "minibert" or n.startswith("minibert.")]:
             del sys.modules[name]
         sys.modules.update(saved)
+
+
+def test_one_config_reader_for_googles_and_hugging_faces_files(tmp_path):
+    """train_mlm.py --config and load_pretrained read configs with the same
+    function: in Google's albert_config.json "gelu" is the tanh form."""
+    from minibert.checkpoints import read_config
+    values = {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 37, "hidden_act": "gelu"}
+    (tmp_path / "albert_config.json").write_text(json.dumps(values))
+    google = read_config(tmp_path / "albert_config.json")
+    assert (google.model_type, google.hidden_act, google.embedding_size, google.num_hidden_groups) == (
+        "albert", "gelu_new", 128, 1)
+    (tmp_path / "config.json").write_text(json.dumps({**values, "model_type": "albert"}))
+    assert read_config(tmp_path / "config.json").hidden_act == "gelu"      # Hugging Face: "gelu" is the erf form
+    (tmp_path / "bert_config.json").write_text(json.dumps(values))
+    assert read_config(tmp_path / "bert_config.json").model_type == "bert"
