@@ -73,8 +73,9 @@ squad.add_argument("--doc-stride", type=cli.positive_int, default=128, help="tok
 squad.add_argument("--max-query-len", type=cli.positive_int, default=64, help="question tokens kept")
 squad.add_argument("--max-answer-len", type=cli.positive_int, default=30, help="longest answer, in tokens")
 squad.add_argument("--n-best", type=cli.positive_int, default=20, help="start and end candidates per window")
-squad.add_argument("--null-threshold", type=cli.finite_float, default=0.0,
-                   help="v2.0: answer '' when score(no answer) - score(best span) exceeds this")
+squad.add_argument("--null-threshold", type=cli.finite_float,
+                   help="v2.0: answer '' when score(no answer) - score(best span) exceeds this (default 0.0; "
+                        "with --eval/--predict it replaces the fine-tuned folder's, e.g. by its best_f1_thresh)")
 
 
 def main(argv=None):
@@ -103,8 +104,8 @@ def task_settings(args):
     """What the task object needs besides its name (SQuAD's window settings)."""
     if args.task != "squad":
         return {}
-    return {"doc_stride": args.doc_stride, "max_query_len": args.max_query_len,
-            "max_answer_len": args.max_answer_len, "n_best": args.n_best, "null_threshold": args.null_threshold}
+    return {"doc_stride": args.doc_stride, "max_query_len": args.max_query_len, "max_answer_len": args.max_answer_len,
+            "n_best": args.n_best, "null_threshold": 0.0 if args.null_threshold is None else args.null_threshold}
 
 
 def fine_tune(args):
@@ -159,8 +160,10 @@ def predict_or_evaluate(args):
 
     folders = args.ensemble or [args.model]
     path = Path(args.predict or args.eval)
+    overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}
     task, examples, predictions = finetuning.predict(folders, path, make_task, device=args.device,
-                                                     batch_size=args.eval_batch_size, progress=not args.quiet)
+                                                     batch_size=args.eval_batch_size, progress=not args.quiet,
+                                                     overrides=overrides)
     if args.predict:
         output = cli.output_file(args.output)
         task.write_predictions(examples, predictions, output)

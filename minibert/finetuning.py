@@ -28,7 +28,7 @@ A task object has:
   make_head(config)              an nn.Module: BertModelOutput -> logits
   counts(batch), losses(model, batch)
                                  the objective, in the form training.train expects
-  outputs(logits)                per-feature probabilities (what an ensemble averages)
+  outputs(logits, batch)         per-feature probabilities (what an ensemble averages)
   predict(examples, features, outputs)
                                  predictions, one per example
   metrics(examples, predictions) the official metrics, in percent
@@ -240,10 +240,12 @@ def read_task_record(folder):
     return record
 
 
-def load_task_model(folder, make_task):
-    """(model, task, tokenizer, record) from a fine-tuned folder."""
+def load_task_model(folder, make_task, overrides=None):
+    """(model, task, tokenizer, record) from a fine-tuned folder. `overrides`
+    replace saved task settings that only affect decoding (e.g. SQuAD's
+    null_threshold, tuned after training)."""
     record = read_task_record(folder)
-    task = make_task(record["task"], labels=record.get("labels"), settings=record)
+    task = make_task(record["task"], labels=record.get("labels"), settings={**record, **(overrides or {})})
     encoder = load_pretrained(folder)
     head = task.make_head(encoder.config)
     head_file = Path(folder) / HEAD_FILE
@@ -305,7 +307,8 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     batches = LengthGroupedBatches(train_features, batch_size, seed, tokenizer.pad_id)
     total_steps = max_steps or epochs * len(batches)
     eval_features = task.features(eval_examples, tokenizer, max_seq_len) if eval_examples is not None else None
-    settings = {"max_seq_len": max_seq_len, "base_model": str(model_name), **(settings or {})}
+    settings = {"max_seq_len": max_seq_len, "base_model": str(model_name), **getattr(task, "settings", {}),
+                **(settings or {})}
     history = []
     best = {"value": -math.inf}
     if resume and (output / TASK_FILE).is_file():   # the best epoch before the kill stays the one to beat
@@ -347,11 +350,11 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     return summary
 
 
-def predict(folders, files, make_task, device="cpu", batch_size=128, bf16=False, progress=True):
-    """Load each fine-tuned folder, run it on `files` (one path) and average
-    the members' per-feature probabilities (an ensemble of one is one model).
+def predict(folders, path, make_task, device="cpu", batch_size=128, bf16=False, progress=True, overrides=None):
+    """Load each fine-tuned folder, run it on the file `path` and average the
+    members' per-feature probabilities (an ensemble of one is one model).
     Returns (task, examples, predictions)."""
-    members = [load_task_model(folder, make_task) for folder in folders]
+    members = [load_task_model(folder, make_task, overrides) for folder in folders]
     _, task, tokenizer, record = members[0]
     for folder, (_, other, other_tokenizer, other_record) in zip(folders[1:], members[1:]):
         if (other.name, other.labels, other_record["max_seq_len"]) != (task.name, task.labels, record["max_seq_len"]):
@@ -360,7 +363,7 @@ def predict(folders, files, make_task, device="cpu", batch_size=128, bf16=False,
                                 f"and {record['max_seq_len']}: members must match")
         if other_tokenizer.vocab_size != tokenizer.vocab_size:
             raise MiniBertError(f"--ensemble: {folder} has another vocabulary than {folders[0]}")
-    examples = task.read(files)
+    examples = task.read(path)
     features = task.features(examples, tokenizer, record["max_seq_len"])
     summed = None
     for model, *_ in members:

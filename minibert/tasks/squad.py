@@ -1,0 +1,420 @@
+"""Extractive question answering: SQuAD v1.1 and v2.0 ([BERT] 4.2, 4.3).
+
+The question and the paragraph are packed as `[CLS] question [SEP] context
+[SEP]`. The head is one linear layer on every token: two numbers per token,
+the logit that the answer starts there and the logit that it ends there
+(Figure 4c; Google's run_squad.py `create_model`). Training maximises the
+log-likelihood of the gold start and of the gold end.
+
+Long paragraphs do not fit in max_seq_len tokens, so each question is read
+through several overlapping *windows* of the context, starting every
+doc_stride tokens (run_squad.py's "doc spans"). A window that does not hold
+the whole answer is trained to point at [CLS], which is also the target of
+an unanswerable SQuAD 2.0 question. At prediction time the best span over
+all of a question's windows wins; for SQuAD 2.0 it is compared with the
+[CLS] "null" score (docs/papers.md 3.3).
+
+Features are dicts (minibert/finetuning.py): input_ids, token_type_ids,
+"example", the targets "start_positions"/"end_positions", and two arrays
+that are not batched (their names start with "_"):
+
+    _offsets      (T, 2) the character span of each token in the ORIGINAL
+                  context; (-1, -1) for [CLS], the question and [SEP]
+    _max_context  (T,) True where this window gives the token the most
+                  context on both sides, the only windows in which an answer
+                  may start there (run_squad.py `_check_is_max_context`)
+
+Predictions are a `SquadPredictions`: the official {question id: answer}
+and, for SQuAD 2.0, the no-answer score of each question (null_odds.json).
+"""
+
+import math
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minibert import metrics
+from minibert.errors import MiniBertError
+from minibert.fileio import write_json
+
+# What task.json keeps of the task, so that a loaded model makes its
+# features and predictions as it was trained (SquadTask.settings).
+SETTINGS = ("squad_version", "doc_stride", "max_query_len", "max_answer_len", "n_best", "null_threshold")
+
+# A probability that underflowed to 0 in float32 counts as the smallest
+# positive float32, so that log-probabilities (and their differences) stay finite.
+SMALLEST_PROBABILITY = float(np.finfo(np.float32).tiny)
+
+NULL_ODDS_FILE = "null_odds.json"
+
+
+class SpanHead(nn.Module):
+    """Start and end logits for every token: (B, T, H) -> (B, T, 2).
+
+    run_squad.py applies no dropout here (unlike the classifier) and
+    initialises the weights from a (truncated) normal of std
+    initializer_range = 0.02, the bias at zero."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.span = nn.Linear(config.hidden_size, 2)
+        nn.init.normal_(self.span.weight, std=config.initializer_range)
+        nn.init.zeros_(self.span.bias)
+
+    def forward(self, output):
+        return self.span(output.last_hidden_state)
+
+
+@dataclass
+class SquadPredictions:
+    """answers: {question id: answer text}, "" for "no answer".
+    null_odds: {question id: score_diff} for SQuAD 2.0 (None for 1.1): how
+    much more the model believes in "no answer" than in its best span."""
+    answers: dict
+    null_odds: Optional[dict] = None
+
+    def __len__(self):
+        return len(self.answers)
+
+
+# ----------------------------------------------------------------------------
+# Windows over a long context
+# ----------------------------------------------------------------------------
+
+
+def context_windows(num_tokens, window_len, doc_stride):
+    """(first token, number of tokens) of each window, run_squad.py's loop:
+    windows of at most window_len tokens, the next starting doc_stride tokens
+    later (or right after this one, if doc_stride is longer than a window),
+    until one reaches the end. A context of no tokens still gets one (empty)
+    window, so that every question has a feature."""
+    windows, start = [], 0
+    while True:
+        length = min(num_tokens - start, window_len)
+        windows.append((start, length))
+        if start + length >= num_tokens:
+            return windows
+        start += min(length, doc_stride)
+
+
+def max_context_window(windows, num_tokens):
+    """For each context token, the window in which it has the most context.
+
+    A token near a window's edge sees little of the text on one side, so
+    run_squad.py scores each window for a token as min(tokens on its left,
+    tokens on its right) + 0.01 * window length and keeps the best (the first
+    on a tie)."""
+    best_window, best_score = [0] * num_tokens, [-math.inf] * num_tokens
+    for w, (start, length) in enumerate(windows):
+        for token in range(start, start + length):
+            score = min(token - start, start + length - 1 - token) + 0.01 * length
+            if score > best_score[token]:
+                best_window[token], best_score[token] = w, score
+    return best_window
+
+
+def token_spans(context, offsets):
+    """The character span (start, end) of each context token, an (N, 2)
+    array, each extended over the combining marks that follow it.
+
+    An uncased tokenizer strips accents, and a character it deletes belongs
+    to no token: in "Cafe\\u0301" (an "e" followed by a combining acute accent)
+    the token "##fe" covers "fe" but not the accent, and an answer cut from
+    the spans would lose it."""
+    spans = []
+    for start, end in offsets:
+        while end < len(context) and unicodedata.combining(context[end]):
+            end += 1
+        spans.append((start, end))
+    return np.array(spans, dtype=np.int32).reshape(-1, 2)
+
+
+def answer_tokens(spans, answer_start, answer_text):
+    """(first, last) context token of an answer given by its characters, or
+    None when no token overlaps it (an answer of only whitespace, or one whose
+    answer_start does not point at its text). A token that the answer only
+    partly covers counts as inside it."""
+    answer_end = answer_start + len(answer_text)
+    first = int(np.searchsorted(spans[:, 1], answer_start, side="right"))   # the first token ending after its start
+    last = int(np.searchsorted(spans[:, 0], answer_end, side="left")) - 1   # the last token starting before its end
+    return (first, last) if first <= last else None
+
+
+# ----------------------------------------------------------------------------
+# The task
+# ----------------------------------------------------------------------------
+
+
+class SquadTask:
+    """SQuAD v1.1 or v2.0.
+
+    version: "1.1" or "2.0"; None until known. `read` sets it from the file
+    it reads (the file decides how it is scored); for examples made by hand
+    it is "2.0" exactly when some question is unanswerable.
+    doc_stride, max_query_len, max_answer_len, n_best, null_threshold: as
+    run_squad.py's flags, whose defaults they keep (docs/papers.md 3.2, 3.3).
+    settings: the task.json record of a fine-tuned folder; its values replace
+    the keyword arguments, so a model predicts as it was trained. `settings`
+    (the attribute) is what to save in task.json.
+    """
+
+    name = "squad"
+    labels = None
+    main_metric = "f1"
+    uses_pooler = False       # the head reads every token, not the pooled [CLS] vector
+
+    def __init__(self, version=None, doc_stride=128, max_query_len=64, max_answer_len=30, n_best=20,
+                 null_threshold=0.0, settings=None):
+        values = {"squad_version": version, "doc_stride": doc_stride, "max_query_len": max_query_len,
+                  "max_answer_len": max_answer_len, "n_best": n_best, "null_threshold": null_threshold}
+        values.update({key: settings[key] for key in SETTINGS if settings and key in settings})
+        self.version = _checked_version(values["squad_version"])
+        for key in ("doc_stride", "max_query_len", "max_answer_len", "n_best"):
+            if not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 1:
+                raise MiniBertError(f"squad: {key} must be a positive integer, got {values[key]!r}")
+        if not isinstance(values["null_threshold"], (int, float)) or not math.isfinite(values["null_threshold"]):
+            raise MiniBertError(f"squad: null_threshold must be a number, got {values['null_threshold']!r}")
+        self.doc_stride, self.max_query_len = values["doc_stride"], values["max_query_len"]
+        self.max_answer_len, self.n_best = values["max_answer_len"], values["n_best"]
+        self.null_threshold = float(values["null_threshold"])
+
+    @property
+    def settings(self):
+        return {"squad_version": self.version, "doc_stride": self.doc_stride, "max_query_len": self.max_query_len,
+                "max_answer_len": self.max_answer_len, "n_best": self.n_best, "null_threshold": self.null_threshold}
+
+    def read(self, path):
+        """The questions of a SQuAD JSON file (a list of SquadQuestion).
+
+        Only the version of the file is kept: `metrics` rebuilds the official
+        "data" structure from the questions themselves (`squad_dataset`), which
+        scores exactly as the file would and also scores a subset of it (a
+        held-out split) correctly."""
+        from minibert.tasks.readers import read_squad
+        questions, self.version, _ = read_squad(path)
+        return questions
+
+    def split(self, examples, fraction, seed):
+        """(train, held out), whole articles on one side: questions on one
+        paragraph are never both trained on and evaluated."""
+        from minibert.tasks.readers import split_examples
+        return split_examples(examples, fraction, seed, group=lambda question: question.article)
+
+    def version_of(self, examples):
+        """"1.1" or "2.0": how `examples` are predicted and scored."""
+        if self.version is not None:
+            return self.version
+        return "2.0" if any(example.is_impossible for example in examples) else "1.1"
+
+    # ---- features ------------------------------------------------------------
+
+    def features(self, examples, tokenizer, max_seq_len):
+        """One feature per window of each question (see the module docstring).
+
+        The question and the contexts are tokenized apart, without special
+        tokens, by the `tokenizers` backend, whose offsets index the original
+        text whatever the normalizer did (lower-casing, stripped accents).
+        Each distinct context is tokenized once: SQuAD asks about 5 questions
+        per paragraph."""
+        backend = tokenizer.backend
+        question_encodings = backend.encode_batch([example.question for example in examples], add_special_tokens=False)
+        contexts = list(dict.fromkeys(example.context for example in examples))
+        encoded = dict(zip(contexts, backend.encode_batch(contexts, add_special_tokens=False)))
+        spans_of = {context: token_spans(context, encoded[context].offsets) for context in contexts}
+        features = []
+        for index, (example, question) in enumerate(zip(examples, question_encodings)):
+            question_ids = question.ids[:self.max_query_len]   # run_squad.py cuts long questions
+            context = encoded[example.context]
+            features += self.question_features(index, example, question_ids, context.ids, spans_of[example.context],
+                                               tokenizer, max_seq_len)
+        return features
+
+    def question_features(self, index, example, question_ids, context_ids, spans, tokenizer, max_seq_len):
+        """The features of one question: `[CLS] question [SEP] window [SEP]`
+        for each window of its context."""
+        window_len = max_seq_len - len(question_ids) - 3   # [CLS] and two [SEP]
+        if window_len < 1:
+            raise MiniBertError(f"question {example.id!r}: a question of {len(question_ids)} tokens leaves no room "
+                                f"for the context in max_seq_len {max_seq_len}; lower max_query_len "
+                                f"({self.max_query_len}) or raise max_seq_len")
+        windows = context_windows(len(context_ids), window_len, self.doc_stride)
+        best_window = max_context_window(windows, len(context_ids))
+        # Training targets come from the first answer, as in run_squad.py;
+        # an unanswerable question has none and points at [CLS].
+        answer = None
+        if example.answers and not example.is_impossible:
+            answer = answer_tokens(spans, example.answers[0][1], example.answers[0][0])
+        offset = len(question_ids) + 2   # the position of the first context token in a feature
+        features = []
+        for w, (start, length) in enumerate(windows):
+            input_ids = ([tokenizer.cls_id] + question_ids + [tokenizer.sep_id] + context_ids[start:start + length]
+                         + [tokenizer.sep_id])
+            token_type_ids = [0] * offset + [1] * (length + 1)
+            offsets = np.full((len(input_ids), 2), -1, dtype=np.int32)
+            offsets[offset:offset + length] = spans[start:start + length]
+            max_context = np.zeros(len(input_ids), dtype=bool)
+            max_context[offset:offset + length] = [best_window[t] == w for t in range(start, start + length)]
+            start_position = end_position = 0   # [CLS]
+            if answer is not None and start <= answer[0] and answer[1] < start + length:
+                start_position, end_position = answer[0] - start + offset, answer[1] - start + offset
+            features.append({"input_ids": input_ids, "token_type_ids": token_type_ids, "example": index,
+                             "start_positions": start_position, "end_positions": end_position,
+                             "_offsets": offsets, "_max_context": max_context})
+        return features
+
+    def make_head(self, config):
+        return SpanHead(config)
+
+    # ---- the objective (training.train) ------------------------------------
+
+    def counts(self, batch):
+        return {"span": len(batch["start_positions"])}
+
+    def losses(self, logits, batch):
+        """(CE(start) + CE(end)) / 2 per feature, as run_squad.py's total_loss;
+        padding positions are masked out of the softmax (run_squad.py pads
+        every feature to max_seq_len and does not mask them; here padding
+        depends on the batch, so it must not change the loss)."""
+        start_logits, end_logits = masked_logits(logits, batch["attention_mask"])
+        start_loss = F.cross_entropy(start_logits, batch["start_positions"], reduction="none")
+        end_loss = F.cross_entropy(end_logits, batch["end_positions"], reduction="none")
+        both_right = ((start_logits.argmax(-1) == batch["start_positions"]) &
+                      (end_logits.argmax(-1) == batch["end_positions"]))
+        return {"span": (((start_loss + end_loss) / 2).sum(), both_right.sum())}
+
+    # ---- predictions and metrics -------------------------------------------
+
+    def outputs(self, logits, batch):
+        """Per feature, a (2, real tokens) array: the start and end
+        probabilities of each token. Probabilities, not logits, so that an
+        ensemble averages numbers on the same scale."""
+        start_logits, end_logits = masked_logits(logits, batch["attention_mask"])
+        probabilities = torch.stack([start_logits.softmax(-1), end_logits.softmax(-1)], dim=1).cpu().numpy()
+        lengths = batch["attention_mask"].sum(-1).tolist()
+        return [probabilities[row, :, :n] for row, n in enumerate(lengths)]
+
+    def predict(self, examples, features, outputs):
+        """The answer of each question, from the outputs of all its windows.
+
+        A span is scored log p_start + log p_end. run_squad.py adds the raw
+        start and end logits instead; logits of different windows (and of
+        different models) are not on one scale, while each window's
+        log-probabilities are, which is what lets an ensemble average them.
+        In each window the n_best most likely starts (among the tokens this
+        window is the max-context window for) and ends (among its context
+        tokens) are paired, keeping start <= end and at most max_answer_len
+        tokens; the best pair over all windows is the answer, cut from the
+        original context. (run_squad.py takes the n_best among all tokens
+        and then drops those outside the context; taking them among the
+        context means a window always has a candidate.)
+
+        SQuAD 2.0 (run_squad.py, docs/papers.md 3.3): score_null is the lowest
+        [CLS] score log p_start[0] + log p_end[0] over the windows,
+        score_diff = score_null - best span score, and the answer is "" iff
+        score_diff > null_threshold."""
+        version = self.version_of(examples)
+        windows_of = [[] for _ in examples]
+        for feature, output in zip(features, outputs):
+            windows_of[feature["example"]].append((feature, output))
+        answers, null_odds = {}, {}
+        for example, windows in zip(examples, windows_of):
+            best_score, best_text, score_null = -math.inf, "", math.inf
+            for feature, probabilities in windows:
+                log_start, log_end = np.log(np.maximum(probabilities.astype(np.float64), SMALLEST_PROBABILITY))
+                score_null = min(score_null, log_start[0] + log_end[0])
+                span = self.best_span(log_start, log_end, feature)
+                if span is not None and span[0] > best_score:
+                    best_score = span[0]
+                    best_text = example.context[feature["_offsets"][span[1], 0]:feature["_offsets"][span[2], 1]]
+            if version == "2.0":
+                # With no candidate span at all (an empty context), score_diff is +inf: no answer.
+                score_diff = score_null - best_score
+                null_odds[example.id] = float(score_diff)
+                best_text = "" if score_diff > self.null_threshold else best_text
+            answers[example.id] = best_text
+        return SquadPredictions(answers, null_odds if version == "2.0" else None)
+
+    def best_span(self, log_start, log_end, feature):
+        """(score, start position, end position) of the best span of one
+        window, or None if it has no allowed span."""
+        starts = top_positions(log_start, np.flatnonzero(feature["_max_context"]), self.n_best)
+        ends = top_positions(log_end, np.flatnonzero(feature["_offsets"][:, 0] >= 0), self.n_best)
+        if len(starts) == 0 or len(ends) == 0:
+            return None
+        scores = log_start[starts][:, None] + log_end[ends][None, :]   # (starts, ends)
+        lengths = ends[None, :] - starts[:, None] + 1
+        scores = np.where((lengths >= 1) & (lengths <= self.max_answer_len), scores, -np.inf)
+        i, j = np.unravel_index(np.argmax(scores), scores.shape)
+        return None if scores[i, j] == -np.inf else (float(scores[i, j]), int(starts[i]), int(ends[j]))
+
+    def metrics(self, examples, predictions):
+        """evaluate-v1.1.py: exact_match, f1. evaluate-v2.0.py with the
+        null odds as its --na-prob-file: exact, f1, HasAns_*/NoAns_*, and
+        best_exact/best_f1 with their thresholds (what null_threshold should
+        be). The script's --na-prob-thresh is null_threshold, so that exact
+        and f1 score the answers as predicted."""
+        dataset = squad_dataset(examples)
+        if self.version_of(examples) == "1.1":
+            return metrics.squad_v1_metrics(dataset, predictions.answers)
+        return metrics.squad_v2_metrics(dataset, predictions.answers, na_probs=predictions.null_odds,
+                                        na_prob_thresh=self.null_threshold)
+
+    def write_predictions(self, examples, predictions, path):
+        """The official predictions file {question id: answer} and, for SQuAD
+        2.0, null_odds.json {question id: score_diff} in the same folder (the
+        evaluate-v2.0.py --na-prob-file). Returns the paths written."""
+        path = Path(path)
+        write_json(path, {example.id: predictions.answers[example.id] for example in examples})
+        if predictions.null_odds is None:
+            return [path]
+        null_odds_path = path.parent / NULL_ODDS_FILE
+        write_json(null_odds_path, {example.id: predictions.null_odds[example.id] for example in examples})
+        return [path, null_odds_path]
+
+
+# ----------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------
+
+
+def masked_logits(logits, attention_mask):
+    """(B, T, 2) logits -> start and end logits (B, T) each, in float32,
+    with padding at -inf: exp(-inf) = 0, so padding gets no probability."""
+    logits = logits.float().masked_fill(attention_mask[:, :, None] == 0, -math.inf)
+    return logits[..., 0], logits[..., 1]
+
+
+def top_positions(scores, allowed, n):
+    """The (at most) n positions of `allowed` with the highest scores, best first."""
+    return allowed[np.argsort(-scores[allowed], kind="stable")[:n]]
+
+
+def squad_dataset(questions):
+    """The official "data" structure (articles -> paragraphs -> qas) of a list
+    of SquadQuestion, in their order: what evaluate-v1.1.py and
+    evaluate-v2.0.py read. It holds exactly these questions, so a held-out
+    subset of a file is scored on itself alone."""
+    articles = {}
+    for question in questions:
+        article = articles.setdefault(question.article, {"title": question.title, "paragraphs": {}})
+        paragraph = article["paragraphs"].setdefault(question.context, {"context": question.context, "qas": []})
+        paragraph["qas"].append({"id": question.id, "question": question.question,
+                                 "answers": [{"text": text, "answer_start": start} for text, start in question.answers],
+                                 "is_impossible": question.is_impossible})
+    return [{"title": article["title"], "paragraphs": list(article["paragraphs"].values())}
+            for article in articles.values()]
+
+
+def _checked_version(version):
+    if version is None:
+        return None
+    version = str(version).removeprefix("v")
+    if version not in ("1.1", "2.0"):
+        raise MiniBertError(f"squad: unknown SQuAD version {version!r} (expected 1.1 or 2.0)")
+    return version
