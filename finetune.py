@@ -122,8 +122,6 @@ def fine_tune(args):
                             f"(or --resume to continue its run)")
     task = make_task(args.task, settings=task_settings(args))
     examples = task.read(Path(args.train))
-    if args.max_train_examples:
-        examples = examples[:args.max_train_examples]
     if args.split_eval is not None:
         if args.eval:
             raise MiniBertError("give --eval FILE or --split-eval FRACTION, not both")
@@ -133,6 +131,8 @@ def fine_tune(args):
         eval_examples, eval_name = task.read(Path(args.eval)), args.eval
     else:
         eval_examples, eval_name = None, None
+    if args.max_train_examples:                      # after the split: the held-out part stays whole
+        examples = examples[:args.max_train_examples]
     max_seq_len = args.max_seq_len or (384 if args.task == "squad" else 128)
     summary = finetuning.fine_tune(
         task, args.model, examples, eval_examples, output, epochs=args.epochs, max_steps=args.max_steps,
