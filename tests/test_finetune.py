@@ -211,3 +211,18 @@ def test_unknown_label_names_the_file_and_line(setup, tmp_path, capsys):
     code, captured = run_script_in_process(capsys, "finetune.py", "--task", "sst2", "--model", root / "base",
                                            "--train", bad, "--output", tmp_path / "out", "--quiet")
     assert code == 1 and str(bad) in captured.err and "line 3" in captured.err
+
+
+def test_split_eval_holds_out_part_of_the_training_file_and_names_it(setup, tmp_path, capsys):
+    root, train, _ = setup
+    code, captured = run_script_in_process(capsys, "finetune.py", "--task", "sst2", "--model", root / "base",
+                                           "--train", train, "--split-eval", "0.25", "--epochs", "1",
+                                           "--max-seq-len", "32", "--lr", "3e-3", "--output", tmp_path / "out",
+                                           "--quiet")
+    assert code == 0, captured.err
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["evaluated_on"] == f"held-out 25% of {train} (seed 0)" and "accuracy" in metrics
+    assert f"held-out 25% of {train}" in captured.out
+    from minibert.tasks.readers import read_sst2, split_examples
+    kept, held_out = split_examples(read_sst2(train), 0.25, 0, group=lambda e: e.text_a)
+    assert not {e.text_a for e in kept} & {e.text_a for e in held_out}
