@@ -318,8 +318,6 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
 
     def evaluate_and_keep_best(trained):
         """Called by training.train at the end of each epoch (main process)."""
-        if eval_features is None:
-            return {}
         metrics, _, _ = evaluate(trained, task, eval_examples, eval_features, tokenizer.pad_id, eval_batch_size,
                                  context.device, bf16=bf16, progress=progress)
         history.append(metrics)
@@ -342,7 +340,8 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
                    f"{len(batches):,} batches per epoch, {total_steps:,} steps")
     started = time.time()
     summary = train(model, batches, Objective(task), config, context, output / "checkpoint.pt",
-                    run_config=run_config, evaluate=evaluate_and_keep_best, resume=resume, progress=progress)
+                    run_config=run_config, evaluate=evaluate_and_keep_best if eval_features is not None else None,
+                    resume=resume, progress=progress)
     if context.is_main and eval_features is None:
         save_task_model(model, task, tokenizer, output, settings)
     summary.update(task=task.name, seconds=time.time() - started, epochs_history=history,

@@ -1,0 +1,194 @@
+"""bench/duplication_study.py end to end on a tiny model and a toy SST-2 (a few
+seconds): the variants it builds, the table and JSON it reports, resuming a
+finished study, refusing a study with other settings, and --split-eval."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from helpers import run_script_in_process
+from minibert.checkpoints import save_pretrained
+from minibert.model import BertModel
+from tiny_models import tiny_config, write_vocab
+
+SCRIPT = "bench/duplication_study.py"
+POSITIVE = ["good", "great", "fine", "happy", "lovely"]
+NEGATIVE = ["bad", "awful", "poor", "sad", "ugly"]
+FILLER = ["the", "film", "was", "a", "story", "and", "very", "plot", "it", "show"]
+
+
+def sentiment_rows(n, seed):
+    """A learnable toy SST-2: label 1 iff the sentence holds a positive word."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.random() < 0.5
+        words = rng.sample(FILLER, rng.randint(2, 6)) + [rng.choice(POSITIVE if label else NEGATIVE)]
+        rng.shuffle(words)
+        rows.append((" ".join(words), str(int(label))))
+    return rows
+
+
+def write_sst2(path, rows):
+    path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors gain nothing from threads, and on a busy machine spinning
+    OpenMP threads make every step many times slower (7 s instead of 0.2 s
+    for one run here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A default-initialised 3-layer BERT (no pooler, like the bundled model) and toy data."""
+    root = tmp_path_factory.mktemp("duplication_study")
+    (root / "base").mkdir()
+    vocab_size = write_vocab(root / "base", [" ".join(POSITIVE + NEGATIVE + FILLER)])
+    torch.manual_seed(0)
+    save_pretrained(BertModel(tiny_config(vocab_size), with_pooler=False, with_pair_head=False), root / "base")
+    train = write_sst2(root / "train.tsv", sentiment_rows(96, seed=0))
+    dev = write_sst2(root / "dev.tsv", sentiment_rows(24, seed=1))
+    return root, train, dev
+
+
+def study_args(setup, work, *extra):
+    root, train, dev = setup
+    return ["--task", "sst2", "--model", root / "base", "--train", train, "--eval", dev, "--seeds", "0", "1",
+            "--epochs", "1", "--lr", "3e-3", "--batch-size", "4", "--max-seq-len", "16", "--device", "cpu",
+            "--work", work, "--json", work / "results.json", *extra]
+
+
+def run_study(capsys, setup, work, *extra):
+    code, captured = run_script_in_process(capsys, SCRIPT, *study_args(setup, work, *extra))
+    return code, captured
+
+
+def test_the_study_builds_the_variants_runs_every_seed_and_reports_table_and_json(setup, capsys):
+    root = setup[0]
+    work = root / "study"
+    code, captured = run_study(capsys, setup, work)
+    assert code == 0, captured.err
+    out = captured.out
+
+    # the deeper models, as duplicate.py writes them
+    base_layers = json.loads((root / "base" / "config.json").read_text())["num_hidden_layers"]
+    duplicated = json.loads((work / "models" / "duplicated" / "config.json").read_text())
+    tied = json.loads((work / "models" / "tied" / "config.json").read_text())
+    assert base_layers == 3
+    assert duplicated["num_hidden_layers"] == base_layers + 3 and duplicated.get("layer_order") is None
+    assert tied["num_hidden_layers"] == base_layers + 3 and tied["layer_order"] == [0, 0, 1, 1, 2, 2]
+    record = json.loads((work / "models" / "duplicated" / "duplication.json").read_text())
+    assert record["order"] == [0, 0, 1, 1, 2, 2] and record["tied"] is False
+
+    # every run finished, kept its fine-tuned model and dropped its checkpoint
+    for name in ("base", "duplicated", "tied"):
+        for seed in (0, 1):
+            folder = work / "runs" / f"{name}-seed{seed}"
+            assert (folder / "task.json").is_file() and (folder / "metrics.json").is_file()
+            assert not (folder / "checkpoint.pt").exists()
+    tuned_tied = json.loads((work / "runs" / "tied-seed0" / "config.json").read_text())
+    assert tuned_tied["layer_order"] == [0, 0, 1, 1, 2, 2]          # still tied after fine-tuning
+
+    # one progress line per run, then the table and the verdict
+    assert sum(line.startswith("run ") for line in out.splitlines()) == 6
+    for row in ("base", "duplicated (0,1,2)", "tied (0,1,2)", "ensemble of the 3 variants",
+                "base, 2 seeds ensembled"):
+        assert any(line.startswith(row) for line in out.splitlines()), row
+    header = next(line for line in out.splitlines() if line.startswith("variant "))
+    assert header.split() == ["variant", "layers", "seed", "0", "seed", "1", "mean", "std"]
+    assert "Duplicating layers 0,1,2" in out and "seed spread" in out
+
+    results = json.loads((work / "results.json").read_text())
+    assert results["seeds"] == [0, 1] and results["metric"] == "accuracy"
+    assert set(results["variants"]) == {"base", "duplicated", "tied"}
+    layers = {name: row["layers"] for name, row in results["variants"].items()}
+    assert layers == {"base": 3, "duplicated": 6, "tied": 6}
+    assert results["variants"]["tied"]["distinct_layers"] == 3
+    for row in (*results["variants"].values(), results["ensemble"]):
+        assert set(row["scores"]) == {"0", "1"}
+        values = list(row["scores"].values())
+        assert all(0 <= v <= 100 for v in values)
+        assert row["mean"] == pytest.approx(sum(values) / 2)
+        assert row["std"] == pytest.approx(abs(values[0] - values[1]) / 2 ** 0.5)
+    assert results["ensemble"]["members"] == ["base", "duplicated", "tied"]
+    assert 0 <= results["base_seed_ensemble"]["score"] <= 100
+    comparison = results["comparisons"]["duplicated"]
+    assert comparison["difference"] == pytest.approx(results["variants"]["duplicated"]["mean"]
+                                                     - results["variants"]["base"]["mean"])
+    assert isinstance(comparison["exceeds_seed_spread"], bool)
+    assert results["conclusion"].startswith("Duplicating layers 0,1,2")
+
+    # run again: every run is reused (one killed after training is only scored), and the figures are the same
+    (work / "runs" / "tied-seed1" / "metrics.json").unlink()
+    code, captured = run_study(capsys, setup, work)
+    assert code == 0, captured.err
+    lines = captured.out.splitlines()
+    assert sum("(reused)" in line for line in lines) == 5
+    assert any(line.startswith("run 6/6: tied") and "already trained" in line for line in lines)
+    again = json.loads((work / "results.json").read_text())
+    for name in ("base", "duplicated", "tied"):
+        assert again["variants"][name]["scores"] == results["variants"][name]["scores"]
+    assert again["ensemble"]["scores"] == results["ensemble"]["scores"]
+
+
+def test_a_study_with_other_settings_in_the_same_work_folder_is_refused(setup, capsys, tmp_path):
+    work = tmp_path / "study"
+    work.mkdir()
+    (work / "study.json").write_text(json.dumps({"task": "sst2", "lr": 1.0}))
+    code, captured = run_study(capsys, setup, work)
+    assert code == 1
+    assert captured.err.startswith("error: --work") and "lr 1.0 there, 0.003 now" in captured.err
+    assert not (work / "runs").exists()
+
+
+def test_one_seed_is_refused(setup, capsys, tmp_path):
+    args = study_args(setup, tmp_path / "study")
+    args[args.index("--seeds") + 1:args.index("--seeds") + 3] = ["4", "4"]
+    code, captured = run_script_in_process(capsys, SCRIPT, *args)
+    assert code == 1 and "at least 2 distinct seeds" in captured.err
+
+
+def test_split_eval_writes_the_held_out_part_and_scores_every_run_on_it(setup, capsys, tmp_path):
+    work = tmp_path / "study"
+    args = study_args(setup, work)
+    at = args.index("--eval")
+    args[at:at + 2] = ["--split-eval", "0.25"]
+    code, captured = run_script_in_process(capsys, SCRIPT, *args, "--duplicate", "0")
+    assert code == 0, captured.err
+    held_out = (work / "heldout.tsv").read_text().splitlines()
+    assert held_out[0] == "sentence\tlabel" and len(held_out) - 1 == 24      # 25% of 96
+    results = json.loads((work / "results.json").read_text())
+    assert results["eval_file"] == str(work / "heldout.tsv")
+    assert results["train_examples"] == 72
+    assert results["variants"]["duplicated"]["layers"] == 4
+    for name in ("base", "duplicated", "tied"):
+        for seed in (0, 1):
+            metrics = json.loads((work / "runs" / f"{name}-seed{seed}" / "metrics.json").read_text())
+            assert metrics["evaluated_on"].startswith("held-out 25% of") and metrics["train_examples"] == 72
+
+
+def test_held_out_snli_pairs_are_written_as_jsonl_that_reads_back_unchanged(tmp_path):
+    import importlib.util
+
+    from helpers import REPO
+    from minibert.tasks import make_task
+    from minibert.tasks.readers import ClassificationExample
+
+    spec = importlib.util.spec_from_file_location("duplication_study", REPO / SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    examples = [ClassificationExample("A man \"sleeps\".", "Nobody sleeps.", "contradiction", "p1", 1),
+                ClassificationExample("A man sleeps.", "Someone rests \u00e9.", "entailment", None, 2)]
+    module.write_examples("snli", examples, tmp_path / "heldout.jsonl")
+    back = make_task("snli").read(tmp_path / "heldout.jsonl")
+    assert [(e.text_a, e.text_b, e.label, e.id) for e in back] == [(e.text_a, e.text_b, e.label, e.id)
+                                                                  for e in examples]
