@@ -226,3 +226,31 @@ def test_split_eval_holds_out_part_of_the_training_file_and_names_it(setup, tmp_
     from minibert.tasks.readers import read_sst2, split_examples
     kept, held_out = split_examples(read_sst2(train), 0.25, 0, group=lambda e: e.text_a)
     assert not {e.text_a for e in kept} & {e.text_a for e in held_out}
+
+
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(setup, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from helpers import REPO
+    root, train, dev = setup
+    base = tmp_path / "base"                      # without dropout: the processes draw other masks than one would
+    base.mkdir()
+    vocab_size = write_vocab(base, [" ".join(POSITIVE + NEGATIVE + FILLER)])
+    config = tiny_config(vocab_size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    save_pretrained(BertModel(config, with_pooler=False, with_pair_head=False), base)
+    args = ["--task", "sst2", "--model", base, "--train", train, "--eval", dev, "--max-steps", "4",
+            "--batch-size", "16", "--max-seq-len", "32", "--lr", "3e-3", "--seed", "2", "--device", "cpu", "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = {"one": [sys.executable, str(REPO / "finetune.py")],
+            "two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                    str(REPO / "finetune.py")]}
+    for name, command in runs.items():
+        done = subprocess.run([*command, *map(str, args), "--output", str(tmp_path / name)], capture_output=True,
+                              text=True, env=env, cwd=REPO, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    a = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)["model"]
+    assert a.keys() == b.keys()
+    for name in a:
+        assert (a[name] - b[name]).abs().max() < 1e-5, name
