@@ -372,10 +372,6 @@ def predict(folders, path, make_task, device="cpu", batch_size=128, bf16=False, 
     return task, examples, task.predict(examples, features, averaged)
 
 
-def write_metrics(path, metrics):
-    write_json(path, metrics)
-
-
 def format_metrics(metrics, title):
     """A small table: one metric per line, in percent."""
     width = max(len(k) for k in metrics) if metrics else 0
@@ -389,4 +385,5 @@ def format_metrics(metrics, title):
 
 
 def json_safe(values):
+    """`values` with numpy scalars turned into floats, ready for json.dump."""
     return json.loads(json.dumps(values, default=float))
