@@ -258,7 +258,8 @@ def build_variants(model_name, duplicate_text, work):
             duplication.write_model(deeper, folder, source_dir=model.source_dir, record=record, force=True)
             print(f"wrote {folder}: {len(order)} layers from {L}, order {','.join(map(str, order))}"
                   + (", tied" if tied else ", untied"))
-        variants[name] = (folder, len(order), len(set(labels)))
+        # distinct layers = separate sets of weights: every depth when untied, the source layers when tied
+        variants[name] = (folder, len(order), len(set(order)) if tied else len(order))
     return variants
 
 
