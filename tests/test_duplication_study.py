@@ -3,7 +3,6 @@ seconds): the variants it builds, the table and JSON it reports, resuming a
 finished study, refusing a study with other settings, and --split-eval."""
 
 import json
-import random
 
 import pytest
 import torch
@@ -11,31 +10,9 @@ import torch
 from helpers import run_script_in_process
 from minibert.checkpoints import save_pretrained
 from minibert.model import BertModel
-from tiny_models import tiny_config, write_vocab
+from tiny_models import FILLER, NEGATIVE, POSITIVE, sentiment_rows, tiny_config, write_sst2, write_vocab
 
 SCRIPT = "bench/duplication_study.py"
-POSITIVE = ["good", "great", "fine", "happy", "lovely"]
-NEGATIVE = ["bad", "awful", "poor", "sad", "ugly"]
-FILLER = ["the", "film", "was", "a", "story", "and", "very", "plot", "it", "show"]
-
-
-def sentiment_rows(n, seed):
-    """A learnable toy SST-2: label 1 iff the sentence holds a positive word."""
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        label = rng.random() < 0.5
-        words = rng.sample(FILLER, rng.randint(2, 6)) + [rng.choice(POSITIVE if label else NEGATIVE)]
-        rng.shuffle(words)
-        rows.append((" ".join(words), str(int(label))))
-    return rows
-
-
-def write_sst2(path, rows):
-    path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in rows), encoding="utf-8")
-    return path
-
-
 @pytest.fixture(autouse=True)
 def one_thread():
     """Tiny tensors gain nothing from threads, and on a busy machine spinning
@@ -55,8 +32,8 @@ def setup(tmp_path_factory):
     vocab_size = write_vocab(root / "base", [" ".join(POSITIVE + NEGATIVE + FILLER)])
     torch.manual_seed(0)
     save_pretrained(BertModel(tiny_config(vocab_size), with_pooler=False, with_pair_head=False), root / "base")
-    train = write_sst2(root / "train.tsv", sentiment_rows(96, seed=0))
-    dev = write_sst2(root / "dev.tsv", sentiment_rows(24, seed=1))
+    train = write_sst2(root / "train.tsv", sentiment_rows(96, seed=0, max_filler=6))
+    dev = write_sst2(root / "dev.tsv", sentiment_rows(24, seed=1, max_filler=6))
     return root, train, dev
 
 

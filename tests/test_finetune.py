@@ -15,29 +15,7 @@ from minibert.tasks.classification import ClassificationTask
 from helpers import run_script_in_process
 from minibert.checkpoints import save_pretrained
 from minibert.model import BertModel
-from tiny_models import tiny_config, write_vocab
-
-POSITIVE = ["good", "great", "fine", "happy", "lovely"]
-NEGATIVE = ["bad", "awful", "poor", "sad", "ugly"]
-FILLER = ["the", "film", "was", "a", "story", "and", "very", "plot", "it", "show"]
-
-
-def sentiment_rows(n, seed):
-    """A learnable toy SST-2: label 1 iff the sentence holds a positive word."""
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        label = rng.random() < 0.5
-        words = rng.sample(FILLER, rng.randint(2, 9)) + [rng.choice(POSITIVE if label else NEGATIVE)]
-        rng.shuffle(words)
-        rows.append((" ".join(words), str(int(label))))
-    return rows
-
-
-def write_sst2(path, rows):
-    path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in rows), encoding="utf-8")
-    return path
-
+from tiny_models import FILLER, NEGATIVE, POSITIVE, sentiment_rows, tiny_config, write_sst2, write_vocab
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):

@@ -1,6 +1,7 @@
 """Tiny random models in Hugging Face layout with a tiny WordPiece vocab, for
 tests that need a model folder but no shared data and no network."""
 
+import random
 import re
 
 import torch
@@ -104,3 +105,28 @@ def random_batch(vocab_size, batch=3, length=11, seed=0):
     token_type_ids = torch.zeros(batch, length, dtype=torch.long)
     token_type_ids[:, 5:] = 1
     return input_ids, attention_mask, token_type_ids
+
+
+# A learnable toy SST-2 for the fine-tuning tests: label 1 iff the sentence
+# holds a positive word.
+POSITIVE = ["good", "great", "fine", "happy", "lovely"]
+NEGATIVE = ["bad", "awful", "poor", "sad", "ugly"]
+FILLER = ["the", "film", "was", "a", "story", "and", "very", "plot", "it", "show"]
+
+
+def sentiment_rows(n, seed, max_filler=9):
+    """n (sentence, label) rows: 2..max_filler filler words and one positive or negative word."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.random() < 0.5
+        words = rng.sample(FILLER, rng.randint(2, max_filler)) + [rng.choice(POSITIVE if label else NEGATIVE)]
+        rng.shuffle(words)
+        rows.append((" ".join(words), str(int(label))))
+    return rows
+
+
+def write_sst2(path, rows):
+    """A GLUE SST-2 TSV (header, sentence<TAB>label)."""
+    path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in rows), encoding="utf-8")
+    return path
