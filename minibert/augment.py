@@ -1,0 +1,297 @@
+"""The transfer set: new sentences made from the training set, for distillation.
+
+A student learns more from its teacher when it sees more inputs than the
+labelled training set: every extra sentence is one more teacher output to
+match. Tang et al. 2019 make those sentences by perturbing the training
+sentences ([Tang] section 3). For each sentence, `n_iter` samples (20 for
+single sentences, 10 for pairs); in each sample, for each word draw
+u ~ U(0, 1):
+
+    u < p_mask                 the word becomes [MASK]           (p_mask = 0.1)
+    u < p_mask + p_pos         a word with the same part-of-speech tag,
+                               drawn by unigram frequency        (p_pos = 0.1)
+    otherwise                  the word is kept
+
+then, with probability p_ng (0.25), only one random n-gram of the sample is
+kept: n uniform in 1..max_n (max_n = 5), capped by the sentence length, a
+contiguous window. Masking asks the teacher what a sentence means with a word
+missing; POS replacement gives grammatical new sentences; n-grams show it
+short phrases.
+
+A sample is dropped when it equals an original sentence or an earlier sample
+(it would add nothing), and, as in the authors' code (castorini/d-bert,
+augment_data.py), when every word was masked or replaced (nothing of the
+original is left to anchor it).
+
+The part-of-speech tags come from a `PosLexicon` learned from any tagged
+corpus ("word TAG" lines, e.g. the POS column of CoNLL-2003): each word gets
+its most frequent tag. The authors tagged their own data with NLTK; a lexicon
+needs no tagger and no download, at the price that a word is always given the
+same tag, whatever its context. Words the lexicon does not know are only
+eligible for masking.
+
+Sentence pairs (SNLI, MRPC) are "augmented consistently": see `augment_pair`.
+
+Everything is lower-cased and split by `split_words`; the samples are words
+joined by single spaces. Each source example draws from its own
+numpy Generator seeded with seed_from(seed, "augment", index), so its samples
+do not depend on the other examples or on the order of processing.
+
+Reference: [Tang] arXiv:1903.12136, section 3.
+"""
+
+import re
+from collections import Counter, defaultdict
+
+import numpy as np
+from tqdm import tqdm
+
+from minibert.errors import MiniBertError
+from minibert.seeds import seed_from
+
+MASK = "[MASK]"
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def split_words(text):
+    """Lower-cased words and punctuation marks: "Don't!" -> don ' t !"""
+    return _WORD.findall(text.lower())
+
+
+# ----------------------------------------------------------------------------
+# The part-of-speech lexicon
+# ----------------------------------------------------------------------------
+
+
+class PosLexicon:
+    """word -> its most frequent tag; tag -> the words whose tag it is, with
+    their counts, to draw replacements by unigram frequency ([Tang] section 3).
+
+    `counts` maps word -> {tag: count}. A word is sampled for its most frequent
+    tag only, with weight its total count, so a replacement always has the tag
+    of the word it replaces: tag_of(sample(tag_of(w))) == tag_of(w).
+    """
+
+    def __init__(self, counts):
+        self._tag = {}
+        total = {}
+        for word, tag_counts in counts.items():
+            # max keeps the first-seen tag on a tie: deterministic for a file
+            self._tag[word] = max(tag_counts, key=tag_counts.get)
+            total[word] = sum(tag_counts.values())
+        words_by_tag = defaultdict(list)
+        for word, tag in self._tag.items():
+            words_by_tag[tag].append(word)
+        # Per tag: its words and their cumulative counts. A draw r ~ U(0, total)
+        # falls in word i's interval [cum[i-1], cum[i]) with probability count_i / total.
+        self._words = {tag: words for tag, words in words_by_tag.items()}
+        self._cumulative = {tag: np.cumsum([total[w] for w in words]) for tag, words in words_by_tag.items()}
+
+    @classmethod
+    def from_file(cls, path):
+        """The lexicon of one tagged file; see `from_files`."""
+        return cls.from_files([path])
+
+    @classmethod
+    def from_files(cls, paths):
+        """Lines "word TAG [more columns]": the first two whitespace-separated
+        columns (CoNLL-2003's "word POS chunk NER" gives its POS column).
+        Blank lines and "-DOCSTART-" lines are skipped; words are lower-cased.
+        Only words that `split_words` keeps whole are used ("u.s." is not: the
+        sentences would never contain it as one word)."""
+        counts = defaultdict(Counter)
+        for path in paths:
+            lines = 0
+            for number, fields in _tagged_lines(path):
+                if len(fields) < 2:
+                    raise MiniBertError(f"{path}: line {number}: one column {fields[0]!r}; "
+                                        f"expected 'word TAG' (a word and its part-of-speech tag)")
+                lines += 1
+                word = fields[0].lower()
+                if split_words(word) == [word]:
+                    counts[word][fields[1]] += 1
+            if lines == 0:
+                raise MiniBertError(f"{path}: no 'word TAG' lines (the file is empty or has only "
+                                    f"blank and -DOCSTART- lines)")
+        if not counts:
+            raise MiniBertError(f"{', '.join(map(str, paths))}: no usable words (every word has punctuation inside)")
+        return cls(counts)
+
+    def tag_of(self, word):
+        """The word's most frequent tag, or None for a word the lexicon does not know."""
+        return self._tag.get(word)
+
+    def sample(self, tag, rng):
+        """A word whose tag is `tag`, drawn with probability proportional to its count."""
+        if tag not in self._words:
+            raise MiniBertError(f"PosLexicon.sample: no word has the tag {tag!r}")
+        cumulative = self._cumulative[tag]
+        index = np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")
+        return self._words[tag][index]
+
+    def __len__(self):
+        return len(self._tag)
+
+
+def _tagged_lines(path):
+    """(1-based line number, whitespace-separated fields) of each line that is
+    neither blank nor a CoNLL "-DOCSTART-" line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                fields = line.split()
+                if fields and fields[0] != "-DOCSTART-":
+                    yield number, fields
+    except UnicodeDecodeError:
+        raise MiniBertError(f"{path}: not UTF-8 text") from None
+    except OSError as e:
+        raise MiniBertError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+_EMPTY_LEXICON = PosLexicon({})
+
+
+# ----------------------------------------------------------------------------
+# One sample
+# ----------------------------------------------------------------------------
+
+
+def _check_arguments(p_mask, p_pos, p_ng, max_n):
+    for name, p in (("p_mask", p_mask), ("p_pos", p_pos), ("p_ng", p_ng)):
+        if not 0 <= p <= 1:
+            raise MiniBertError(f"{name} = {p}: expected a probability in [0, 1]")
+    if p_mask + p_pos > 1:
+        raise MiniBertError(f"p_mask + p_pos = {p_mask} + {p_pos} > 1: a word is masked, replaced or kept, "
+                            f"so the two probabilities must add up to at most 1")
+    if not (isinstance(max_n, (int, np.integer)) and max_n >= 1):
+        raise MiniBertError(f"max_n = {max_n}: expected an integer >= 1 (the longest n-gram)")
+
+
+def _fate(word, u, lexicon, p_mask, p_pos, rng):
+    """(new word, whether it was masked or replaced) for a draw u ~ U(0, 1)."""
+    if u < p_mask:
+        return MASK, True
+    tag = lexicon.tag_of(word)
+    if u < p_mask + p_pos and tag is not None:
+        # may draw the word itself; the authors' code counts it as replaced too
+        return lexicon.sample(tag, rng), True
+    return word, False
+
+
+def _ngram(words, rng, max_n):
+    """One random contiguous window of n words, n uniform in 1..max_n, capped
+    by the length (so a 3-word sentence gives n in 1..3, not 3 most of the time)."""
+    if not words:
+        return words
+    n = int(rng.integers(1, min(max_n, len(words)) + 1))
+    start = int(rng.integers(0, len(words) - n + 1))
+    return words[start:start + n]
+
+
+def _augment(words, lexicon, rng, p_mask, p_pos, p_ng, max_n):
+    """(sample, whether any word was kept) for one sentence."""
+    draws = rng.random(len(words))
+    fates = [_fate(word, u, lexicon, p_mask, p_pos, rng) for word, u in zip(words, draws)]
+    sample = [new for new, _ in fates]
+    kept_any = not all(changed for _, changed in fates)
+    if rng.random() < p_ng:
+        sample = _ngram(sample, rng, max_n)
+    return sample, kept_any
+
+
+def _augment_pair(words_a, words_b, lexicon, rng, p_mask, p_pos, p_ng, max_n):
+    """((sample_a, sample_b), whether any word was kept) for one pair."""
+    types = list(dict.fromkeys(words_a + words_b))  # distinct words, in order of first appearance
+    draws = rng.random(len(types))
+    fates = {word: _fate(word, u, lexicon, p_mask, p_pos, rng) for word, u in zip(types, draws)}
+    kept_any = not all(changed for _, changed in fates.values())
+    samples = []
+    for words in (words_a, words_b):
+        sample = [fates[word][0] for word in words]
+        if rng.random() < p_ng:  # each sentence its own n-gram, as the paper's per-sentence rule
+            sample = _ngram(sample, rng, max_n)
+        samples.append(sample)
+    return tuple(samples), kept_any
+
+
+def augment_words(words, lexicon, rng, p_mask=0.1, p_pos=0.1, p_ng=0.25, max_n=5):
+    """One perturbed copy of a sentence's words ([Tang] section 3): each word
+    masked with probability p_mask, replaced by a word of its POS tag with
+    probability p_pos (unknown words: kept), then with probability p_ng only a
+    random n-gram (n in 1..max_n) is kept. `rng` is a numpy.random.Generator."""
+    _check_arguments(p_mask, p_pos, p_ng, max_n)
+    return _augment(list(words), _EMPTY_LEXICON if lexicon is None else lexicon, rng, p_mask, p_pos, p_ng, max_n)[0]
+
+
+def augment_pair(words_a, words_b, lexicon, rng, p_mask=0.1, p_pos=0.1, p_ng=0.25, max_n=5):
+    """One perturbed copy of a sentence pair, augmented consistently.
+
+    Our reading of [Tang] section 3 for pairs (the paper gives no detail, and
+    the authors' augment_paired_data.py perturbs each sentence on its own):
+    each distinct word is given one fate per sample -- kept, masked, or
+    replaced by one drawn word -- and that fate applies wherever the word
+    occurs in either sentence. A word shared by premise and hypothesis (or
+    by two paraphrases) thus stays shared, so a perturbed pair keeps the
+    alignment its label depends on. Words are then drawn per type, not per
+    occurrence: a word repeated in the pair is masked or kept everywhere.
+    The n-gram step is applied to each sentence independently.
+    """
+    _check_arguments(p_mask, p_pos, p_ng, max_n)
+    return _augment_pair(list(words_a), list(words_b), _EMPTY_LEXICON if lexicon is None else lexicon, rng,
+                         p_mask, p_pos, p_ng, max_n)[0]
+
+
+# ----------------------------------------------------------------------------
+# The transfer set
+# ----------------------------------------------------------------------------
+
+
+def transfer_set(texts_a, texts_b=None, lexicon=None, n_iter=20, seed=0, p_mask=0.1, p_pos=0.1, p_ng=0.25,
+                 max_n=5, progress=False):
+    """The augmented samples of every example: a list of
+    (text_a, text_b or None, source_index), words joined by single spaces.
+
+    Up to `n_iter` samples per example ([Tang]: 20 for single sentences, 10
+    for pairs). The originals are not included (the caller adds them); a
+    sample equal to any original (after `split_words`), to an earlier sample,
+    or with every word masked or replaced is dropped. Example i draws from
+    default_rng(seed_from(seed, "augment", i)), so its draws are the same for
+    a seed whatever else is in the data; only the duplicate filter looks
+    across examples (as the authors' did: a sample already in the data set is
+    dropped). Without a lexicon, words are only masked (and n-grams taken).
+    """
+    _check_arguments(p_mask, p_pos, p_ng, max_n)
+    if not (isinstance(n_iter, (int, np.integer)) and n_iter >= 1):
+        raise MiniBertError(f"n_iter = {n_iter}: expected an integer >= 1 (samples per example)")
+    texts_a = list(texts_a)
+    if texts_b is not None:
+        texts_b = list(texts_b)
+        if len(texts_b) != len(texts_a):
+            raise MiniBertError(f"texts_b: {len(texts_b)} second sentences for {len(texts_a)} first sentences")
+    lexicon = _EMPTY_LEXICON if lexicon is None else lexicon
+
+    words_a = [split_words(text) for text in texts_a]
+    words_b = None if texts_b is None else [split_words(text) for text in texts_b]
+    seen = {_key(words_a[i], None if words_b is None else words_b[i]) for i in range(len(texts_a))}
+
+    samples = []
+    for i in tqdm(range(len(texts_a)), desc="augmenting", unit="example", disable=not progress):
+        rng = np.random.default_rng(seed_from(seed, "augment", i))
+        for _ in range(n_iter):
+            if words_b is None:
+                sample_a, kept_any = _augment(words_a[i], lexicon, rng, p_mask, p_pos, p_ng, max_n)
+                sample_b = None
+            else:
+                (sample_a, sample_b), kept_any = _augment_pair(words_a[i], words_b[i], lexicon, rng,
+                                                               p_mask, p_pos, p_ng, max_n)
+            key = _key(sample_a, sample_b)
+            if kept_any and key not in seen:
+                seen.add(key)
+                samples.append((key[0], key[1], i))
+    return samples
+
+
+def _key(words_a, words_b):
+    """(text_a, text_b or None): what two samples must share to be duplicates."""
+    return " ".join(words_a), None if words_b is None else " ".join(words_b)
