@@ -396,19 +396,30 @@ class FeedForward(nn.Module):
 class TransformerLayer(nn.Module):
     """h = LN(x + Dropout(Attention(x)));  y = LN(h + Dropout(FFN(h))).
 
-    Post-LN, as in [AIAYN] and BERT: the LayerNorm comes after each residual sum."""
+    Post-LN, as in [AIAYN] and BERT: the LayerNorm comes after each residual sum.
+    DeBERTa (minibert/deberta.py) keeps this layer and passes its own
+    `attention` module; the two residual blocks are methods so that it can
+    call them with its own attention's output."""
 
-    def __init__(self, config):
+    def __init__(self, config, attention=None):
         super().__init__()
         H = config.hidden_size
-        self.attention = SelfAttention(config)
+        self.attention = SelfAttention(config) if attention is None else attention
         self.attention_layer_norm = LayerNorm(H, config.layer_norm_eps, config.written_out)
         self.feed_forward = FeedForward(config)
         self.feed_forward_layer_norm = LayerNorm(H, config.layer_norm_eps, config.written_out)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x, attention_bias):
-        h = self.attention_layer_norm(x + self.dropout(self.attention(x, attention_bias)))
+        h = self.add_attention(x, self.attention(x, attention_bias))
+        return self.add_feed_forward(h)
+
+    def add_attention(self, x, attended):
+        """h = LN(x + Dropout(attended)): the residual sum around the attention."""
+        return self.attention_layer_norm(x + self.dropout(attended))
+
+    def add_feed_forward(self, h):
+        """y = LN(h + Dropout(FFN(h))): the residual sum around the feed-forward block."""
         return self.feed_forward_layer_norm(h + self.dropout(self.feed_forward(h)))
 
 
@@ -557,7 +568,7 @@ class BertModel(nn.Module):
             return  # a model built on the "meta" device has shapes but no values to set
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=std)
-            if isinstance(module, nn.Linear):
+            if isinstance(module, nn.Linear) and module.bias is not None:   # DeBERTa v1 has bias-free keys
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)

@@ -1,0 +1,456 @@
+"""DeBERTa (minibert/deberta.py): equal to transformers' DebertaModel /
+DebertaV2Model on the same random weights, to 1e-5 in fp32, for every hidden
+state at real positions; the Enhanced Mask Decoder equal to a computation
+written out here from docs/deberta.md; the building blocks against values
+worked out by hand; config validation.
+
+Weights go from the transformers model into ours through a small name map
+local to this file (the checkpoint loader has its own)."""
+
+import math
+import re
+
+import pytest
+import torch
+
+from minibert.deberta import (DebertaConfig, DebertaModel, DebertaPooler, fuse_v1_in_proj, log_bucket,
+                              masked_softmax, pairwise_mask, relative_index, split_v1_in_proj)
+from minibert.errors import MiniBertError
+from minibert.probing import depth_descriptions, hidden_states as probe_hidden_states
+from tiny_models import random_batch
+
+TOLERANCE = 1e-5
+VOCAB = 99
+
+TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64, hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+V1 = dict(model_type="deberta", relative_attention=True, pos_att_type="c2p|p2c", max_relative_positions=-1,
+          position_biased_input=False)
+V3 = dict(model_type="deberta-v2", relative_attention=True, pos_att_type="p2c|c2p", max_relative_positions=-1,
+          position_buckets=8, share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False)
+
+# Tiny configs shaped like the released models (deberta.md 4.2), and the switches they do not use.
+SHAPES = {
+    "deberta-base (v1)": V1,
+    "v1, relative span 6 < length": {**V1, "max_relative_positions": 6},
+    "deberta-v3-small/base": V3,
+    "v3, buckets reach their last row": {**V3, "max_relative_positions": 16},
+    "deberta-v2-xlarge (conv branch)": {**V3, "conv_kernel_size": 3, "conv_act": "gelu"},
+    "v2, own relative projections": {**V3, "share_att_key": False, "norm_rel_ebd": "none"},
+    "v2, no buckets": {**V3, "position_buckets": -1, "max_relative_positions": 10},
+    "v2, position-biased input, E != H, token types, c2p only":
+        {**V3, "position_biased_input": True, "embedding_size": 16, "type_vocab_size": 2, "pos_att_type": "c2p"},
+    "v1, position-biased input, token types, p2c only":
+        {**V1, "position_biased_input": True, "type_vocab_size": 2, "pos_att_type": "p2c"},
+    "v1, absolute positions only": {**V1, "relative_attention": False, "position_biased_input": True},
+}
+EMD_SHAPES = [name for name, shape in SHAPES.items() if not shape["position_biased_input"]]
+
+
+def batch(length, vocab_size=VOCAB):
+    """(input_ids, attention_mask, token_type_ids): three rows, two of them padded."""
+    if length == 11:
+        return random_batch(vocab_size)
+    generator = torch.Generator().manual_seed(length)
+    input_ids = torch.randint(5, vocab_size, (3, length), generator=generator)
+    attention_mask = torch.ones(3, length, dtype=torch.long)
+    attention_mask[1, length * 2 // 3:] = 0
+    attention_mask[2, length // 3:] = 0
+    input_ids[attention_mask == 0] = 0
+    token_type_ids = (torch.arange(length) >= length // 2).long().expand(3, length)
+    return input_ids, attention_mask, token_type_ids
+
+
+def randomize(module, seed=1, scale=0.2):
+    """Random values everywhere (LayerNorm gains near 1, biases too), so a
+    swapped weight or a missed bias cannot hide behind the default init."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            centre = 1.0 if name.endswith("LayerNorm.weight") or name.endswith("layer_norm.weight") else 0.0
+            p.copy_(centre + scale * torch.randn(p.shape, generator=generator))
+    return module.eval()
+
+
+def assert_close(ours, theirs, what):
+    assert ours.shape == theirs.shape, f"{what}: shape {tuple(ours.shape)} != {tuple(theirs.shape)}"
+    diff = (ours - theirs).abs().max().item()
+    assert diff <= TOLERANCE, f"{what}: max abs diff {diff:.2e} > {TOLERANCE}"
+
+
+# ----------------------------------------------------------------------------
+# transformers -> ours, through a test-local name map
+# ----------------------------------------------------------------------------
+
+# transformers module -> ours, outside the layers
+MODULES = {
+    "embeddings.word_embeddings": "embeddings.word_embeddings",
+    "embeddings.position_embeddings": "embeddings.position_embeddings",
+    "embeddings.token_type_embeddings": "embeddings.token_type_embeddings",
+    "embeddings.embed_proj": "embeddings.projection",
+    "embeddings.LayerNorm": "embeddings.layer_norm",
+    "encoder.rel_embeddings": "encoder.relative_embeddings",
+    "encoder.LayerNorm": "encoder.relative_layer_norm",
+    "encoder.conv.conv": "encoder.conv.conv",
+    "encoder.conv.LayerNorm": "encoder.conv.layer_norm",
+    "lm_predictions.lm_head": "mlm_head",
+    "lm_predictions.lm_head.dense": "mlm_head.dense",
+    "lm_predictions.lm_head.LayerNorm": "mlm_head.layer_norm",
+}
+# inside encoder.layer.{i} -> encoder.layers.{i}
+LAYER_MODULES = {
+    "attention.self.query_proj": "attention.query",
+    "attention.self.key_proj": "attention.key",
+    "attention.self.value_proj": "attention.value",
+    "attention.self.pos_key_proj": "attention.relative_key",       # v2, share_att_key false
+    "attention.self.pos_query_proj": "attention.relative_query",
+    "attention.self.pos_proj": "attention.relative_key",           # v1
+    "attention.self.pos_q_proj": "attention.relative_query",
+    "attention.output.dense": "attention.output_projection",
+    "attention.output.LayerNorm": "attention_layer_norm",
+    "intermediate.dense": "feed_forward.w1",
+    "output.dense": "feed_forward.w2",
+    "output.LayerNorm": "feed_forward_layer_norm",
+}
+
+
+def ours_from_transformers(hf_state, config):
+    """transformers' state dict -> ours, v1's fused in_proj split per head."""
+    tensors = {}
+    for name, tensor in hf_state.items():
+        name = name.removeprefix("deberta.")
+        layer = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)", name)
+        if layer is None:
+            module, param = name.rsplit(".", 1)
+            tensors[f"{MODULES[module]}.{param}"] = tensor
+            continue
+        prefix, rest = f"encoder.layers.{layer[1]}.attention.", layer[2]
+        if rest == "attention.self.in_proj.weight":
+            q, k, v = split_v1_in_proj(tensor, config.num_attention_heads)
+            tensors.update({prefix + "query.weight": q, prefix + "key.weight": k, prefix + "value.weight": v})
+        elif rest in ("attention.self.q_bias", "attention.self.v_bias"):
+            tensors[prefix + ("query.bias" if rest.endswith("q_bias") else "value.bias")] = tensor
+        else:
+            module, param = rest.rsplit(".", 1)
+            tensors[f"encoder.layers.{layer[1]}.{LAYER_MODULES[module]}.{param}"] = tensor
+    return tensors
+
+
+def pair(transformers, shape):
+    """(config, transformers model, our model) with the same random weights.
+    transformers' model is its ForMaskedLM with the real `lm_predictions`
+    head (legacy=False) where that head can run (E == H), else the bare model.
+    EMD's absolute table, which transformers does not build, gets random values."""
+    config = DebertaConfig(**TINY, **shape)
+    classes = {"deberta": (transformers.DebertaConfig, transformers.DebertaModel, transformers.DebertaForMaskedLM),
+               "deberta-v2": (transformers.DebertaV2Config, transformers.DebertaV2Model,
+                              transformers.DebertaV2ForMaskedLM)}
+    config_class, bare, masked_lm = classes[config.model_type]
+    with_head = config.embedding_dim == config.hidden_size
+    hf = randomize((masked_lm if with_head else bare)(config_class(**config.to_dict(), legacy=False)))
+    ours = DebertaModel(config, with_mlm_head=with_head).eval()
+    missing, unexpected = ours.load_state_dict(ours_from_transformers(hf.state_dict(), config), strict=False)
+    assert unexpected == []
+    assert missing == (["embeddings.position_embeddings.weight"] if ours.uses_emd else [])
+    if ours.uses_emd:
+        randomize(ours.embeddings.position_embeddings, seed=2)
+    return config, hf, ours
+
+
+def hf_base(hf):
+    return getattr(hf, "deberta", hf)
+
+
+# ----------------------------------------------------------------------------
+# Parity with transformers
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [11, 24], ids=["length-11", "length-24"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_hidden_state_matches_transformers_at_real_positions(transformers, shape, length):
+    config, hf, ours = pair(transformers, SHAPES[shape])
+    input_ids, attention_mask, token_type_ids = batch(length)
+    with torch.no_grad():
+        theirs = hf_base(hf)(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                             output_hidden_states=True).hidden_states
+        mine = ours(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).hidden_states
+    assert len(mine) == len(theirs) == config.num_hidden_layers + 1
+    # Padded query rows legitimately differ: XSoftmax zeroes them, transformers 5 spreads them (deberta.md 1.6).
+    real = attention_mask.bool()
+    for depth, (a, b) in enumerate(zip(mine, theirs)):
+        assert_close(a[real], b[real], f"hidden state {depth}")
+    assert (mine[0][~real] == 0).all()     # the embedding output is zeroed at padding
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if "E != H" not in s])
+def test_the_head_on_the_last_layer_matches_transformers_masked_lm(transformers, shape):
+    """model.mlm_head(h, E) (the probe's way, no EMD) is transformers'
+    DebertaForMaskedLM(legacy=False); for a position-biased model it is also
+    the model's own mlm_logits, as in the official code."""
+    config, hf, ours = pair(transformers, SHAPES[shape])
+    input_ids, attention_mask, token_type_ids = batch(11)
+    real = attention_mask.bool()
+    with torch.no_grad():
+        theirs = hf(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+        output = ours(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        direct = ours.mlm_head(output.last_hidden_state, ours.embeddings.word_embeddings.weight)
+    assert_close(direct[real], theirs[real], "head on the last layer")
+    if config.position_biased_input:
+        assert_close(output.mlm_logits[real], theirs[real], "MLM logits")
+
+
+def test_the_pooler_matches_transformers_context_pooler(transformers):
+    from transformers.models.deberta_v2.modeling_deberta_v2 import ContextPooler
+    config = DebertaConfig(**TINY, **V3)
+    theirs = randomize(ContextPooler(transformers.DebertaV2Config(**config.to_dict())))
+    ours = DebertaPooler(config).eval()
+    ours.load_state_dict(theirs.state_dict())
+    hidden = torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(0))
+    assert_close(ours(hidden), theirs(hidden), "pooled output")
+
+
+# ----------------------------------------------------------------------------
+# The Enhanced Mask Decoder against a computation written out here
+# ----------------------------------------------------------------------------
+
+
+def projections(attention, config):
+    """(W, b) for q, k, v, K_r and Q_r of one transformers attention module;
+    v1's in_proj cut per head the way transformers' own EMD branch cuts it."""
+    H = config.hidden_size
+    zero = torch.zeros(H)
+    if config.model_type == "deberta":
+        pieces = attention.in_proj.weight.chunk(3 * config.num_attention_heads, dim=0)   # q, k, v of head 0, head 1...
+        q, k, v = (torch.cat(pieces[part::3]) for part in range(3))
+        relative_key = (attention.pos_proj.weight, zero) if "c2p" in config.pos_att_type else None
+        relative_query = ((attention.pos_q_proj.weight, attention.pos_q_proj.bias)
+                          if "p2c" in config.pos_att_type else None)
+        return (q, attention.q_bias), (k, zero), (v, attention.v_bias), relative_key, relative_query
+    linear = {name: (m.weight, m.bias) for name, m in attention.named_children() if hasattr(m, "weight")}
+    shared = config.share_att_key
+    return (linear["query_proj"], linear["key_proj"], linear["value_proj"],
+            linear["key_proj" if shared else "pos_key_proj"], linear["query_proj" if shared else "pos_query_proj"])
+
+
+def written_out_delta(T, config):
+    """delta(i, j) as deberta.md 1.2 states it: v1 clamp(i - j + k, 0, 2k - 1);
+    v2 clamp(bucket(i - j) + S, 0, 2S - 1), with transformers' bucket function."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+    i = torch.arange(T)
+    r = i[:, None] - i[None, :]
+    S = config.attention_span
+    if config.position_buckets > 0:
+        r = make_log_bucket_position(r, config.position_buckets, config.max_relative).long()
+    return (r + S).clamp(0, 2 * S - 1)
+
+
+def written_out_layer(layer, kv, query, real, P, delta, config):
+    """One DeBERTa layer, its attention spelled out from deberta.md 1.1 (per
+    head, every term of every (i, j) pair):
+
+        A[i, j] = (Q_i . K_j + Q_i . K_r[delta(i, j)] + K_j . Q_r[delta(i, j)]) / sqrt(3 D)
+
+    then softmax over real keys, the context, and transformers' own residual
+    blocks (dense + LayerNorm, FFN) around it."""
+    B, T, H = query.shape
+    A, D = config.num_attention_heads, config.head_size
+    (Wq, bq), (Wk, bk), (Wv, bv), relative_key, relative_query = projections(layer.attention.self, config)
+    Q = (query @ Wq.T + bq).view(B, T, A, D)
+    K = (kv @ Wk.T + bk).view(B, T, A, D)
+    V = (kv @ Wv.T + bv).view(B, T, A, D)
+    scores = torch.einsum("biad,bjad->baij", Q, K)                                      # content -> content
+    if "c2p" in config.pos_att_type:
+        K_r = (P @ relative_key[0].T + relative_key[1]).view(-1, A, D)[delta]           # (T, T, A, D)
+        scores = scores + torch.einsum("biad,ijad->baij", Q, K_r)                        # content -> position
+    if "p2c" in config.pos_att_type:
+        Q_r = (P @ relative_query[0].T + relative_query[1]).view(-1, A, D)[delta]
+        scores = scores + torch.einsum("bjad,ijad->baij", K, Q_r)                        # position -> content
+    scores = scores / math.sqrt(3 * D)
+    allowed = real[:, None, :, None] & real[:, None, None, :]
+    probs = scores.masked_fill(~allowed, -math.inf).softmax(dim=-1).nan_to_num(0.0)
+    context = torch.einsum("baij,bjad->biad", probs, V).reshape(B, T, H)
+    h = layer.attention.output(context, query)
+    return layer.output(layer.intermediate(h), h)
+
+
+@pytest.mark.parametrize("shape", EMD_SHAPES)
+def test_mlm_logits_are_the_enhanced_mask_decoder_written_out(transformers, shape):
+    """deberta.md 2: I = H_{L-1} + Z; twice I = Layer_L(kv = H_{L-1}, queries = I);
+    then the lm head. transformers has no EMD (its MLM reads H_L), so the
+    reference is written out here, on transformers' weights and layers."""
+    config, hf, ours = pair(transformers, SHAPES[shape])
+    input_ids, attention_mask, _ = batch(24)
+    T, real = input_ids.shape[1], attention_mask.bool()
+    base = hf_base(hf)
+    with torch.no_grad():
+        states = base(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
+        P = base.encoder.get_rel_embedding()                      # LayerNorm'd in v2/v3
+        delta = written_out_delta(T, config)
+        last = base.encoder.layer[-1]
+        # The written-out layer is the layer: it reproduces transformers' last encoder layer.
+        again = written_out_layer(last, states[-2], states[-2], real, P, delta, config)
+        assert_close(again[real], states[-1][real], "written-out last layer")
+
+        Z = ours.embeddings.position_embeddings.weight[:T]       # raw absolute positions, (T, H)
+        queries = states[-2] + Z
+        for _ in range(2):                                        # n = 2, the same layer
+            queries = written_out_layer(last, states[-2], queries, real, P, delta, config)
+        expected = hf.lm_predictions(queries, base.embeddings.word_embeddings)          # (B, T, V)
+
+        chosen = real & (torch.arange(T) % 3 == 1)
+        full = ours(input_ids, attention_mask=attention_mask).mlm_logits
+        selected = ours(input_ids, attention_mask=attention_mask, mlm_positions=chosen).mlm_logits
+    assert_close(full[real], expected[real], "EMD logits, every position")
+    assert_close(selected, expected[chosen], "EMD logits, chosen positions")
+    assert not torch.allclose(full[real], hf(input_ids=input_ids, attention_mask=attention_mask).logits[real],
+                              atol=1e-3)                          # EMD is not the head on H_L
+
+
+def test_emd_adds_no_parameters_but_the_absolute_position_table():
+    config = DebertaConfig(**TINY, **V3)
+    with_head = {n for n, _ in DebertaModel(config).named_parameters()}
+    without = {n for n, _ in DebertaModel(config, with_mlm_head=False).named_parameters()}
+    extra = {n for n in with_head - without if not n.startswith("mlm_head.")}
+    assert extra == {"embeddings.position_embeddings.weight"}
+
+
+# ----------------------------------------------------------------------------
+# Building blocks, by hand
+# ----------------------------------------------------------------------------
+
+
+def test_log_buckets_keep_near_distances_and_squeeze_far_ones():
+    # deberta-v3's position_buckets 256, max_relative_positions 512: values from deberta.md 1.2
+    r = torch.tensor([0, 5, -128, 128, 129, 135, 150, 200, 256, 300, 400, 500, 510, 511, -200])
+    expected = [0, 5, -128, 128, 129, 133, 143, 169, 192, 207, 233, 254, 255, 255, -169]
+    assert log_bucket(r, 256, 512).tolist() == expected
+
+
+def test_v1_relative_index_is_query_minus_key_plus_k_clamped():
+    config = DebertaConfig(**{**TINY, **V1, "max_relative_positions": 4})
+    delta = relative_index(7, config)                     # k = 4: rows 0..7
+    assert delta[0].tolist() == [4, 3, 2, 1, 0, 0, 0]     # key after the query: i - j < 0
+    assert delta[6].tolist() == [7, 7, 7, 7, 6, 5, 4]     # distances beyond k share the end rows
+    assert torch.equal(delta.diagonal(), torch.full((7,), 4))
+
+
+def test_split_v1_in_proj_takes_query_key_value_per_head_and_fuse_undoes_it():
+    H, A = 6, 3                                          # D = 2
+    fused = torch.arange(3 * H, dtype=torch.float32)[:, None].expand(3 * H, H).clone()   # row r holds r
+    q, k, v = split_v1_in_proj(fused, A)
+    # per head: D query rows, D key rows, D value rows
+    assert q[:, 0].tolist() == [0, 1, 6, 7, 12, 13]
+    assert k[:, 0].tolist() == [2, 3, 8, 9, 14, 15]
+    assert v[:, 0].tolist() == [4, 5, 10, 11, 16, 17]
+    assert torch.equal(fuse_v1_in_proj(q, k, v, A), fused)
+    with pytest.raises(MiniBertError, match=r"in_proj.weight of shape \[6, 6\]"):
+        split_v1_in_proj(torch.zeros(6, 6), A)
+
+
+def test_masked_softmax_is_zero_on_padding_and_on_padded_query_rows():
+    scores = torch.tensor([[0.0, math.log(3.0), 5.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
+    mask = pairwise_mask(torch.tensor([[1, 1, 0]]))[0, 0]                # query 2 is padding
+    probs = masked_softmax(scores, mask)
+    assert torch.allclose(probs[0], torch.tensor([0.25, 0.75, 0.0]))
+    assert torch.equal(probs[2], torch.zeros(3))
+
+
+@pytest.mark.parametrize("shape", ["deberta-base (v1)", "deberta-v2-xlarge (conv branch)"])
+def test_written_out_path_equals_the_fused_kernel_everywhere(shape):
+    config = DebertaConfig(**TINY, **SHAPES[shape])
+    model = randomize(DebertaModel(config))
+    input_ids, attention_mask, _ = batch(11)
+    with torch.no_grad():
+        fused = model(input_ids, attention_mask=attention_mask)
+        written = model.use_written_out()(input_ids, attention_mask=attention_mask)
+    for depth, (a, b) in enumerate(zip(fused.hidden_states, written.hidden_states)):
+        assert_close(a, b, f"hidden state {depth}")       # padded rows too: both zero them
+    assert_close(fused.mlm_logits, written.mlm_logits, "MLM logits")
+
+
+def test_gradients_are_finite_with_padded_rows():
+    config = DebertaConfig(**TINY, **V3)
+    model = randomize(DebertaModel(config)).train()
+    input_ids, attention_mask, _ = batch(11)
+    model(input_ids, attention_mask=attention_mask).mlm_logits.square().mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_only_the_absolute_table_limits_the_length():
+    short = dict(TINY, max_position_embeddings=16)
+    long_ids = torch.ones(1, 20, dtype=torch.long)
+    relative_only = DebertaModel(DebertaConfig(**short, **V3), with_mlm_head=False)
+    assert relative_only(long_ids).last_hidden_state.shape == (1, 20, 32)
+    with pytest.raises(MiniBertError, match=r"20 tokens.*max_position_embeddings \(16\)"):
+        DebertaModel(DebertaConfig(**short, **V3))(long_ids)                       # EMD reads the table
+    with pytest.raises(MiniBertError, match=r"20 tokens"):
+        DebertaModel(DebertaConfig(**short, **{**V1, "position_biased_input": True}))(long_ids)
+
+
+def test_probing_reads_every_layer_without_running_emd():
+    config = DebertaConfig(**TINY, **V3)
+    model = randomize(DebertaModel(config))
+    input_ids, attention_mask, token_type_ids = batch(11)
+    states = probe_hidden_states(model, dict(input_ids=input_ids, attention_mask=attention_mask,
+                                             token_type_ids=token_type_ids))
+    assert len(states) == len(depth_descriptions(config)) == 4
+    last_only = model(input_ids, attention_mask=attention_mask, all_hidden_states=False)
+    assert len(last_only.hidden_states) == 1
+    assert_close(last_only.last_hidden_state.detach(), states[-1], "last hidden state")
+
+
+# ----------------------------------------------------------------------------
+# Config
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["deberta-base (v1)", "deberta-v2-xlarge (conv branch)"])
+def test_config_round_trips_through_transformers_config_json(transformers, shape):
+    config = DebertaConfig(**TINY, **SHAPES[shape])
+    config_class = transformers.DebertaConfig if config.is_v1 else transformers.DebertaV2Config
+    assert DebertaConfig.from_dict(config_class(**config.to_dict()).to_dict()) == config
+
+
+def test_config_reads_released_style_fields_and_transformers_defaults():
+    v3 = DebertaConfig.from_dict({"model_type": "deberta-v2", "relative_attention": True, "pos_att_type": "P2C|c2p",
+                                  "position_buckets": 256, "norm_rel_ebd": "layer_norm", "share_att_key": True,
+                                  "position_biased_input": False, "hidden_size": 768, "num_attention_heads": 12,
+                                  "intermediate_size": 3072, "num_hidden_layers": 12, "attention_head_size": 64})
+    assert v3.pos_att_type == ["p2c", "c2p"] and v3.attention_span == 256 and v3.vocab_size == 128100
+    assert v3.to_dict()["model_type"] == "deberta-v2" and "written_out" not in v3.to_dict()
+    bare = DebertaConfig.from_dict({"model_type": "deberta-v2"})
+    assert (bare.hidden_size, bare.position_biased_input, bare.position_buckets, bare.conv_kernel_size) == \
+        (1536, True, -1, 0)
+    v1 = DebertaConfig.from_dict({"model_type": "deberta", "relative_attention": True, "max_relative_positions": -1})
+    assert v1.attention_span == 512 and v1.vocab_size == 50265 and "embedding_size" not in v1.to_dict()
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(hidden_size=30), "'hidden_size' = 30: expected a multiple of num_attention_heads"),
+    (dict(pos_att_type="c2p|p2p"), "'pos_att_type'"),
+    (dict(position_buckets=8), "'position_buckets' = 8: expected its default for model_type 'deberta'"),
+    (dict(share_att_key=True), "'share_att_key'.*'deberta-v2' switch"),
+    (dict(model_type="deberta-v2", conv_kernel_size=4), "'conv_kernel_size' = 4: expected 0 .* or an odd"),
+    (dict(model_type="deberta-v2", position_buckets=200),
+     r"'position_buckets' = 200: expected less than 2 \* \(max_relative_positions - 1\) = 126"),
+    (dict(norm_rel_ebd="batch_norm"), "'norm_rel_ebd'"),
+    (dict(hidden_dropout_prob=1.5), "'hidden_dropout_prob' = 1.5: expected a probability"),
+    (dict(relative_attention="yes"), "'relative_attention' = 'yes': expected true or false"),
+    (dict(attention_head_size=16), "'attention_head_size' = 16: expected absent or .* \\(8\\)"),
+    (dict(model_type="bert"), "'model_type' = 'bert'"),
+    (dict(layer_norm_eps=float("nan")), "'layer_norm_eps'"),
+    (dict(type_vocab_size=-1), "'type_vocab_size' = -1: expected an integer >= 0"),
+], ids=lambda value: value if isinstance(value, str) else None)
+def test_bad_config_fields_are_named(overrides, message):
+    with pytest.raises(MiniBertError, match=message):
+        DebertaConfig(**{**TINY, **overrides})
+
+
+def test_from_dict_names_the_file_and_refuses_what_it_cannot_compute():
+    with pytest.raises(MiniBertError, match=r"^models/x/config.json: config field 'hidden_size' = 'big'"):
+        DebertaConfig.from_dict({"model_type": "deberta", "hidden_size": "big"}, source="models/x/config.json")
+    with pytest.raises(MiniBertError, match="talking_head"):
+        DebertaConfig.from_dict({"model_type": "deberta", "talking_head": True})
+    with pytest.raises(MiniBertError, match="Enhanced Mask Decoder"):
+        DebertaModel(DebertaConfig(**TINY, **V1, embedding_size=16))
