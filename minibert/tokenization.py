@@ -1,4 +1,5 @@
-"""Text -> token ids for BERT (WordPiece) and ALBERT (SentencePiece unigram).
+"""Text -> token ids for BERT (WordPiece), ALBERT (SentencePiece unigram) and
+DeBERTa (v1: GPT-2 byte-level BPE; v2/v3: SentencePiece unigram).
 
 Both tokenizers are assembled by hand from the parts of the Hugging Face
 `tokenizers` library, one part per step of the original recipe, so that each
@@ -32,6 +33,33 @@ ALBERT (google-research/albert tokenization.py, `preprocess_text` + SentencePiec
                 (the piece scores) under the vocabulary.
   * post-processor as for BERT.
 
+DeBERTa-v2/v3 (microsoft/DeBERTa spm_tokenizer.py, `SPMTokenizer`: the text,
+lower-cased if asked, goes straight to SentencePiece):
+  * normalizer  lower-case (only if tokenizer_config.json says do_lower_case;
+                the released models are cased), then SentencePiece's own rules
+                (`precompiled_charsmap`, NFKC) and its whitespace clean-up (no
+                spaces at either end, runs of spaces become one).
+  * pre-tokenizer split_by_punct (off in the released models): every punctuation
+                character on its own, as if each were encoded separately; then
+                "▁" before each word, as for ALBERT.
+  * model       unigram, the piece scores as they are (no digit-comma rule).
+  * specials    [PAD]=0 [CLS]=1 [SEP]=2 [UNK]=3 are pieces of the spm.model;
+                [MASK] is not, and is appended after the last piece (id 128000
+                for the released 128000-piece models).
+  * post-processor as for BERT: [CLS] A [SEP] B [SEP], token types 0 then 1.
+
+DeBERTa v1 (microsoft/DeBERTa gpt2_tokenizer.py: GPT-2's byte-level BPE over
+RoBERTa's vocabulary, ids renumbered so that [PAD]=0 [CLS]=1 [SEP]=2 [UNK]=3,
+[MASK]=50264; Hugging Face ships it as vocab.json + merges.txt):
+  * normalizer  none: no lower-casing, no Unicode normalization.
+  * pre-tokenizer GPT-2's regex (words with the space before them, numbers,
+                punctuation runs, spaces) and every byte mapped to a printable
+                character, a space becoming "Ġ"; no space is added at the start.
+  * model       BPE: apply the merges of merges.txt, best-ranked first.
+  * specials    in vocab.json; [MASK] also takes the spaces before it, so
+                "the [MASK]" is "the" "[MASK]", as if [MASK] replaced " cat".
+  * post-processor as for BERT: [CLS] A [SEP] B [SEP], token types 0 then 1.
+
 Special tokens ([CLS], [SEP], [MASK], [PAD], [UNK]; <pad>, <unk> in ALBERT) are
 never split. A user who types the literal text "[MASK]" gets the [MASK] id,
 exactly as with transformers' tokenizers; "[mask]" in lower case is ordinary
@@ -58,7 +86,7 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 
 from minibert.protobuf import fixed32_to_float, iter_fields, to_signed64
 from minibert.errors import MiniBertError
-from minibert.fileio import read_json_object
+from minibert.fileio import atomic_write, read_json_object
 
 # Google's WordPiece gives up on words longer than 200 characters (one [UNK]);
 # transformers and `tokenizers` use 100. We follow transformers, so that ids
@@ -74,7 +102,13 @@ BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 # Names the tokenizer file may have, in the order load_tokenizer looks for them
 # (inside the folder and inside its `assets/` subfolder, where TF-Hub modules keep it).
-TOKENIZER_FILES = ["vocab.txt", "spiece.model", "30k-clean.model", "tokenizer.json"]
+# DeBERTa folders are recognised first, by their own files (see load_tokenizer):
+# spm.model (v2/v3), vocab.json + merges.txt (v1).
+TOKENIZER_FILES = ["vocab.txt", "spiece.model", "30k-clean.model", "tokenizer.json", "spm.model", "vocab.json"]
+
+# DeBERTa's special tokens (all versions), in the order of their ids in the
+# released vocabularies: [PAD]=0, [CLS]=1, [SEP]=2, [UNK]=3, and [MASK] last.
+DEBERTA_SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
 
 # SentencePiece piece types (sentencepiece_model.proto, SentencePiece.Type).
 SPM_NORMAL, SPM_UNKNOWN, SPM_CONTROL, SPM_USER_DEFINED, SPM_UNUSED, SPM_BYTE = 1, 2, 3, 4, 5, 6
@@ -101,10 +135,15 @@ class Tokenizer:
     that knows BERT's special tokens and returns what minibert needs."""
 
     def __init__(self, backend, kind, do_lower_case, pad_token, unk_token,
-                 cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", spm_model_bytes=None):
+                 cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", spm_model_bytes=None,
+                 model_type=None, files=None, split_by_punct=False):
         self.backend = backend
-        self.kind = kind                      # "wordpiece" or "sentencepiece"
+        self.kind = kind                      # "wordpiece", "sentencepiece" or "byte-level-bpe"
+        # The model family, named as in Hugging Face's config.json "model_type":
+        # "bert", "albert", "deberta" (v1) or "deberta-v2" (v2 and v3).
+        self.model_type = model_type or {"wordpiece": "bert", "sentencepiece": "albert"}[kind]
         self.do_lower_case = do_lower_case
+        self.split_by_punct = split_by_punct  # DeBERTa-v2 only: punctuation split off before SentencePiece
         self.special_tokens = {"pad": pad_token, "unk": unk_token, "cls": cls_token,
                                "sep": sep_token, "mask": mask_token}
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
@@ -112,9 +151,11 @@ class Tokenizer:
         self.special_ids = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
         self.vocab_size = backend.get_vocab_size()
         self._spm_model_bytes = spm_model_bytes  # the .model file, written back by save()
+        self._files = dict(files or {})          # DeBERTa: file name -> bytes, written back by save()
 
     def __repr__(self):
-        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case})"
+        return (f"Tokenizer(kind={self.kind!r}, model_type={self.model_type!r}, vocab_size={self.vocab_size}, "
+                f"do_lower_case={self.do_lower_case})")
 
     # ---- text -> ids -------------------------------------------------------
 
@@ -218,9 +259,10 @@ class Tokenizer:
     # ---- saving ---------------------------------------------------------------
 
     def save(self, directory):
-        """Write the tokenizer in Hugging Face layout: vocab.txt (WordPiece) or
-        spiece.model (SentencePiece), tokenizer_config.json and tokenizer.json, so
-        that both load_tokenizer(directory) and transformers'
+        """Write the tokenizer in Hugging Face layout: vocab.txt (BERT),
+        spiece.model (ALBERT), spm.model (DeBERTa-v2/v3) or vocab.json +
+        merges.txt (DeBERTa v1), then tokenizer_config.json and tokenizer.json,
+        so that both load_tokenizer(directory) and transformers'
         AutoTokenizer.from_pretrained(directory) read it back."""
         directory = pathlib.Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -232,6 +274,16 @@ class Tokenizer:
             vocab = [self.backend.id_to_token(i) for i in range(self.vocab_size)]
             (directory / "vocab.txt").write_text("".join(token + "\n" for token in vocab), encoding="utf-8")
             config.update(tokenizer_class="BertTokenizer", tokenize_chinese_chars=True, strip_accents=None)
+        elif self.model_type in ("deberta", "deberta-v2"):
+            for name, data in self._files.items():  # the files it was read from, unchanged
+                with atomic_write(directory / name) as f:
+                    f.write(data)
+            config.update(bos_token=tokens["cls"], eos_token=tokens["sep"])
+            if self.model_type == "deberta-v2":
+                config.update(tokenizer_class="DebertaV2Tokenizer", vocab_type="spm",
+                              split_by_punct=self.split_by_punct)
+            else:
+                config.update(tokenizer_class="DebertaTokenizer", vocab_type="gpt2", add_prefix_space=False)
         else:
             (directory / "spiece.model").write_bytes(self._spm_model_bytes)
             config.update(tokenizer_class="AlbertTokenizer", keep_accents=False, remove_space=True,
@@ -406,6 +458,7 @@ class SentencePieceModel:
     pad_id: int                  # -1 if the model has none
     precompiled_charsmap: bytes  # the compiled normalization rules ("nmt_nfkc"); b"" for none
     add_dummy_prefix: bool       # start the text with "▁" like every other word
+    remove_extra_whitespaces: bool = True  # no spaces at the ends, runs of spaces become one
 
 
 def read_sentencepiece_model(data, source="SentencePiece model"):
@@ -416,12 +469,13 @@ def read_sentencepiece_model(data, source="SentencePiece model"):
       SentencePiece   1: piece (string), 2: score (float), 3: type (enum, default NORMAL=1)
       TrainerSpec     3: model_type (UNIGRAM=1, BPE=2, WORD=3, CHAR=4), 35: byte_fallback,
                       43: pad_id (int32; -1 = none)
-      NormalizerSpec  2: precompiled_charsmap (bytes), 3: add_dummy_prefix (default true)
+      NormalizerSpec  2: precompiled_charsmap (bytes), 3: add_dummy_prefix (default true),
+                      4: remove_extra_whitespaces (default true)
     A field left at its default is not written to the file, hence the defaults below.
     """
     pieces = []
     model_type, byte_fallback, pad_id = SPM_UNIGRAM, False, -1
-    charsmap, add_dummy_prefix = b"", True
+    charsmap, add_dummy_prefix, remove_extra_whitespaces = b"", True, True
     for field, wire_type, value in iter_fields(data, source):
         if field == 1 and wire_type == 2:
             piece, score, kind = None, 0.0, SPM_NORMAL
@@ -452,6 +506,8 @@ def read_sentencepiece_model(data, source="SentencePiece model"):
                     charsmap = v
                 elif f == 3 and w == 0:
                     add_dummy_prefix = bool(v)
+                elif f == 4 and w == 0:
+                    remove_extra_whitespaces = bool(v)
     if not pieces:
         raise MiniBertError(f"{source}: no pieces found (expected a SentencePiece ModelProto)")
     unknown = [i for i, (_, _, kind) in enumerate(pieces) if kind == SPM_UNKNOWN]
@@ -459,9 +515,11 @@ def read_sentencepiece_model(data, source="SentencePiece model"):
         raise MiniBertError(f"{source}: expected exactly one piece of type UNKNOWN, found {len(unknown)} "
                             f"(corrupt .model file?)")
     if model_type != SPM_UNIGRAM:
-        raise MiniBertError(f"{source}: model_type {model_type} is not supported (ALBERT uses a unigram model, type 1)")
+        raise MiniBertError(f"{source}: model_type {model_type} is not supported "
+                            f"(ALBERT and DeBERTa-v2/v3 use a unigram model, type 1)")
     if byte_fallback:
-        raise MiniBertError(f"{source}: byte_fallback models are not supported (ALBERT's are not byte-fallback)")
+        raise MiniBertError(f"{source}: byte_fallback models are not supported "
+                            f"(ALBERT's and DeBERTa-v2/v3's are not byte-fallback)")
     # The compiled table starts with the byte size of its trie: a uint32, a
     # multiple of 4 that fits in the table. (`tokenizers` may crash on garbage.)
     trie_size = int.from_bytes(charsmap[:4], "little")
@@ -469,7 +527,7 @@ def read_sentencepiece_model(data, source="SentencePiece model"):
         raise MiniBertError(f"{source}: normalizer_spec.precompiled_charsmap is malformed (corrupt .model file?)")
     if not 0 <= pad_id < len(pieces):
         pad_id = next((i for i, (piece, _, _) in enumerate(pieces) if piece == "<pad>"), -1)
-    return SentencePieceModel(pieces, unknown[0], pad_id, charsmap, add_dummy_prefix)
+    return SentencePieceModel(pieces, unknown[0], pad_id, charsmap, add_dummy_prefix, remove_extra_whitespaces)
 
 
 @functools.cache
@@ -570,15 +628,223 @@ def sentencepiece_tokenizer(model_file, do_lower_case=True):
 
 
 # =============================================================================
+# DeBERTa-v2/v3: SentencePiece unigram with DeBERTa's special tokens
+# =============================================================================
+
+def _deberta_v2_normalizer(do_lower_case, spm):
+    """What happens to the text before it is cut into pieces.
+
+    The official tokenizer (SPMTokenizer) hands the text to SentencePiece, so
+    the rules are SentencePiece's own (sentencepiece normalizer.cc): first the
+    compiled table (NFKC for the default "nmt_nfkc" rule; it also turns tabs,
+    newlines and other spaces into " "), then, with remove_extra_whitespaces,
+    no spaces at either end and one space for a run of them. transformers'
+    DebertaV2Tokenizer lower-cases first when do_lower_case is set, so we do too.
+    """
+    steps = [normalizers.Lowercase()] if do_lower_case else []
+    if spm.precompiled_charsmap:
+        steps.append(normalizers.Precompiled(spm.precompiled_charsmap))
+    if spm.remove_extra_whitespaces:
+        steps += [normalizers.Replace(Regex(r"\A +| +\z"), ""), normalizers.Replace(Regex(" {2,}"), " ")]
+    return normalizers.Sequence(steps)
+
+
+def _deberta_v2_pre_tokenizer(split_by_punct, add_dummy_prefix):
+    """Words -> "▁word", as SentencePiece marks the start of each word.
+
+    split_by_punct: the official tokenizer cuts the text at every punctuation
+    character (`_run_split_on_punc`) and encodes each part on its own, so each
+    part starts a new word ("a, b" -> "▁a" "▁," "▁b"), and the spaces at the
+    ends of a part vanish. Splitting at the spaces too gives the same pieces
+    (a piece never spans a space). transformers splits at the punctuation only
+    and then keeps a lone "▁" for a space before punctuation ("a , b" ->
+    "▁a" "▁" "▁," ...); the official code does not."""
+    prepend = "always" if add_dummy_prefix else "never"
+    steps = []
+    if split_by_punct:
+        steps += [pre_tokenizers.Punctuation(behavior="isolated"), pre_tokenizers.Split(" ", behavior="removed")]
+    steps.append(pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend))
+    return pre_tokenizers.Sequence(steps)
+
+
+def deberta_v2_tokenizer(model_file, do_lower_case=False, split_by_punct=False):
+    """A DeBERTa-v2/v3 tokenizer from its SentencePiece `spm.model` file.
+
+    Ids: every piece keeps its id in the file ([PAD]=0, [CLS]=1, [SEP]=2,
+    [UNK]=3 in the released models); [MASK] is not a piece and comes right
+    after the last one (128000), as in the official SPMTokenizer
+    (`add_special_token`) and in Hugging Face's added_tokens.json. The
+    released checkpoints have 128100 embedding rows: the last 99 are unused.
+    """
+    path = pathlib.Path(model_file)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise MiniBertError(f"{path}: cannot read the SentencePiece model ({e})") from None
+    spm = read_sentencepiece_model(data, source=str(path))
+    pieces = {piece for piece, _, _ in spm.pieces}
+    missing = [token for token in DEBERTA_SPECIAL_TOKENS[:4] if token not in pieces]
+    if missing:
+        raise MiniBertError(f"{path}: the SentencePiece model has no {', '.join(missing)} piece "
+                            f"(DeBERTa-v2/v3 needs [PAD], [CLS], [SEP], [UNK])")
+    if spm.pieces[spm.unk_id][0] != "[UNK]":
+        raise MiniBertError(f"{path}: the unknown piece is {spm.pieces[spm.unk_id][0]!r}; DeBERTa-v2/v3 expects [UNK]")
+    if split_by_punct and not spm.add_dummy_prefix:
+        raise MiniBertError(f"{path}: split_by_punct needs a model with add_dummy_prefix (every word starts with ▁)")
+
+    backend = tokenizers.Tokenizer(models.Unigram([(piece, score) for piece, score, _ in spm.pieces],
+                                                  unk_id=spm.unk_id))
+    try:
+        backend.normalizer = _deberta_v2_normalizer(do_lower_case, spm)
+    except Exception as e:  # `tokenizers` could not parse the charsmap
+        raise MiniBertError(f"{path}: normalizer_spec.precompiled_charsmap is unusable ({e})") from None
+    backend.pre_tokenizer = _deberta_v2_pre_tokenizer(split_by_punct, spm.add_dummy_prefix)
+    prepend = "always" if spm.add_dummy_prefix else "never"
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=prepend)
+    # Special tokens are matched whole in the raw text (transformers does the
+    # same; the official SPMTokenizer would cut a typed "[MASK]" into pieces).
+    # [MASK], not in the vocabulary, is added after the last piece.
+    backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in DEBERTA_SPECIAL_TOKENS])
+    backend.post_processor = _bert_post_processor(backend, "[CLS]", "[SEP]")
+    return Tokenizer(backend, "sentencepiece", do_lower_case, pad_token="[PAD]", unk_token="[UNK]",
+                     model_type="deberta-v2", files={"spm.model": data}, split_by_punct=split_by_punct)
+
+
+# =============================================================================
+# DeBERTa v1: GPT-2 byte-level BPE with DeBERTa's special tokens
+# =============================================================================
+
+def _read_bpe_vocab(path):
+    """vocab.json -> dict token -> id; the ids must be 0..V-1, each once
+    (they index the embedding matrix)."""
+    vocab = read_json_object(path)
+    bad = next((token for token, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool)), None)
+    if bad is not None:
+        raise MiniBertError(f"{path}: [{bad!r}] = {vocab[bad]!r}; expected an integer id")
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise MiniBertError(f"{path}: the ids are not 0..{len(vocab) - 1}, each once "
+                            f"(duplicate, negative or missing ids)")
+    return vocab
+
+
+def _read_merges(path):
+    """merges.txt -> list of (left, right) pairs, best (first merged) first.
+    A first line "#version: ..." is a comment, as in GPT-2's file."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MiniBertError(f"{path}: cannot read the BPE merges ({e})") from None
+    merges = []
+    for number, line in enumerate(lines, start=1):
+        if not line or (number == 1 and line.startswith("#version")):
+            continue
+        pair = line.split(" ")
+        if len(pair) != 2 or not all(pair):
+            raise MiniBertError(f"{path} line {number}: expected two tokens separated by one space, got {line!r}")
+        merges.append(tuple(pair))
+    return merges
+
+
+def deberta_v1_tokenizer(vocab_file, merges_file):
+    """A DeBERTa v1 tokenizer from vocab.json + merges.txt (GPT-2 byte-level BPE).
+
+    Every special token must be in vocab.json: DeBERTa renumbered RoBERTa's
+    vocabulary to [PAD]=0, [CLS]=1, [SEP]=2, [UNK]=3 and [MASK]=50264
+    (official gpt2_tokenizer.py adds them in that order around GPT-2's ids).
+    """
+    vocab_file, merges_file = pathlib.Path(vocab_file), pathlib.Path(merges_file)
+    vocab, merges = _read_bpe_vocab(vocab_file), _read_merges(merges_file)
+    missing = [token for token in DEBERTA_SPECIAL_TOKENS if token not in vocab]
+    if missing:
+        raise MiniBertError(f"{vocab_file}: no {', '.join(missing)} token (DeBERTa v1 needs "
+                            f"{', '.join(DEBERTA_SPECIAL_TOKENS)}; a GPT-2 or RoBERTa vocabulary has other ones)")
+    # Byte-level BPE spells any text with its 256 byte symbols, so it never
+    # needs an unknown token, provided all 256 are in the vocabulary.
+    missing = [symbol for symbol in pre_tokenizers.ByteLevel.alphabet() if symbol not in vocab]
+    if missing:
+        raise MiniBertError(f"{vocab_file}: {len(missing)} of the 256 byte symbols are missing "
+                            f"(e.g. {missing[0]!r}); not a byte-level BPE vocabulary")
+    try:
+        model = models.BPE(vocab, merges, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+    except Exception as e:  # e.g. a merge of tokens that are not in the vocabulary
+        raise MiniBertError(f"{merges_file}: does not fit {vocab_file.name} ({e})") from None
+    backend = tokenizers.Tokenizer(model)
+    # GPT-2 marks a word start by the space before it ("Ġworld"); DeBERTa, like
+    # RoBERTa, adds no space before the first word ("Hello" != " Hello").
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    # [MASK] takes the spaces before it (lstrip), as transformers' DebertaTokenizer
+    # defines its mask token: "the [MASK]" -> "the" "[MASK]", the way a masked
+    # " cat" ("Ġcat") was one token in pre-training.
+    backend.add_special_tokens([AddedToken(token, special=True, normalized=False, lstrip=token == "[MASK]")
+                                for token in DEBERTA_SPECIAL_TOKENS])
+    # Offsets are left as transformers gives them: "Ġworld" covers " world",
+    # space included. (`tokenizers`' ByteLevel(trim_offsets=True) would drop
+    # the space, but it miscounts after characters of several bytes.)
+    backend.post_processor = _bert_post_processor(backend, "[CLS]", "[SEP]")
+    files = {"vocab.json": vocab_file.read_bytes(), "merges.txt": merges_file.read_bytes()}
+    return Tokenizer(backend, "byte-level-bpe", False, pad_token="[PAD]", unk_token="[UNK]",
+                     model_type="deberta", files=files)
+
+
+# =============================================================================
 # Finding and loading a tokenizer
 # =============================================================================
 
 def _read_tokenizer_config(folder):
     path = folder / "tokenizer_config.json"
     config = read_json_object(path) if path.is_file() else {}
-    if "do_lower_case" in config and not isinstance(config["do_lower_case"], bool):
-        raise MiniBertError(f"{path}: do_lower_case must be true or false, got {config['do_lower_case']!r}")
+    for flag in ("do_lower_case", "split_by_punct"):
+        if flag in config and not isinstance(config[flag], bool):
+            raise MiniBertError(f"{path}: {flag} must be true or false, got {config[flag]!r}")
     return config
+
+
+def _says_deberta_v2(folder, tokenizer_config):
+    """Does the folder say it holds a DeBERTa-v2/v3 model? Either
+    tokenizer_config.json names the tokenizer class or config.json has
+    model_type "deberta-v2" (v3 models use the v2 code and say so too)."""
+    if tokenizer_config.get("tokenizer_class") in ("DebertaV2Tokenizer", "DebertaV2TokenizerFast"):
+        return True
+    config = folder / "config.json"
+    return config.is_file() and read_json_object(config).get("model_type") == "deberta-v2"
+
+
+def _load_deberta(path, folder, tokenizer_config):
+    """A DeBERTa tokenizer if the folder (or the file named) is one, else None.
+
+    v2/v3: spm.model (or the .model file named) in a folder that says DeBERTa-v2
+           (see _says_deberta_v2); without that, a .model file is ALBERT's.
+    v1:    vocab.json + merges.txt (GPT-2 byte-level BPE)."""
+    spm_file = folder / "spm.model" if path.is_dir() else path
+    if spm_file.suffix == ".model" and spm_file.is_file() and _says_deberta_v2(folder, tokenizer_config):
+        return _check_added_tokens(folder, deberta_v2_tokenizer(
+            spm_file, do_lower_case=tokenizer_config.get("do_lower_case", False),
+            split_by_punct=tokenizer_config.get("split_by_punct", False)))
+    if path.is_dir() or path.name in ("vocab.json", "merges.txt"):
+        present = [name for name in ("vocab.json", "merges.txt") if (folder / name).is_file()]
+        if len(present) == 1:
+            missing = ({"vocab.json", "merges.txt"} - set(present)).pop()
+            raise MiniBertError(f"{folder}: has {present[0]} but no {missing} (a byte-level BPE "
+                                f"tokenizer, DeBERTa v1, needs both)")
+        if present:
+            return _check_added_tokens(folder, deberta_v1_tokenizer(folder / "vocab.json", folder / "merges.txt"))
+    return None
+
+
+def _check_added_tokens(folder, tokenizer):
+    """Hugging Face's added_tokens.json lists tokens added after the vocabulary
+    ({"[MASK]": 128000} for DeBERTa-v2/v3). minibert adds only [MASK], by
+    DeBERTa's rule, so the file must agree with the ids it gave."""
+    path = folder / "added_tokens.json"
+    if path.is_file():
+        for token, expected in read_json_object(path).items():
+            actual = tokenizer.backend.token_to_id(token)
+            if actual != expected:
+                raise MiniBertError(f"{path}: {token!r} has id {expected!r} there but "
+                                    f"{'none' if actual is None else actual} in minibert's tokenizer "
+                                    f"(which adds only DeBERTa's [MASK], after the last piece)")
+    return tokenizer
 
 
 def _tokenizer_json_lowercase(spec, path):
@@ -624,7 +890,7 @@ def _find_tokenizer_file(folder):
         if models_found:
             return models_found[0]
     raise MiniBertError(f"{folder}: no tokenizer file found (looked for {', '.join(TOKENIZER_FILES)} "
-                        f"or *.model, here and in assets/)")
+                        f"(with merges.txt) or *.model, here and in assets/)")
 
 
 def _vocab_from_tokenizer_json(path):
@@ -648,10 +914,17 @@ def load_tokenizer(name_or_path=None, *, force_download=False):
     """The tokenizer of a model folder, a tokenizer file, or a model name.
 
     name_or_path: a folder holding vocab.txt, spiece.model, 30k-clean.model,
-    assets/*.model (TF-Hub) or tokenizer.json (WordPiece only); a path to one
-    such file; or a name (or None for the bundled default model) that
-    minibert.hub resolves to a folder. force_download=True deletes the cached
-    download of a known name and downloads it again.
+    assets/*.model (TF-Hub) or tokenizer.json (WordPiece only); or a DeBERTa
+    folder: spm.model with a config.json whose model_type is "deberta-v2" or a
+    tokenizer_config.json naming DebertaV2Tokenizer (v2/v3), vocab.json +
+    merges.txt (v1); a path to one such file; or a name (or None for the
+    bundled default model) that minibert.hub resolves to a folder.
+    force_download=True deletes the cached download of a known name and
+    downloads it again.
+
+    DeBERTa-v2/v3 reads do_lower_case and split_by_punct from
+    tokenizer_config.json (both false when absent, as in the released models);
+    DeBERTa v1 never lower-cases. The rules below are for BERT and ALBERT.
 
     Lower-casing (do_lower_case) is decided by the first of these that answers:
       1. "do_lower_case" in tokenizer_config.json in the folder;
@@ -671,8 +944,11 @@ def load_tokenizer(name_or_path=None, *, force_download=False):
         path = pathlib.Path(resolve_model_dir(name, force_download=force_download))
     try:
         folder = path if path.is_dir() else path.parent
-        file = _find_tokenizer_file(path) if path.is_dir() else path
         config = _read_tokenizer_config(folder)
+        deberta = _load_deberta(path, folder, config)
+        if deberta is not None:
+            return deberta
+        file = _find_tokenizer_file(path) if path.is_dir() else path
         lower = config.get("do_lower_case")
 
         if file.suffix == ".model":
