@@ -19,6 +19,11 @@ name, the bundled model (minibert-gutenberg), a duplicate.py folder.
 DIR (fine-tuned) holds the encoder in Hugging Face layout, head.safetensors,
 task.json and metrics.json.
 
+--sift adds DeBERTa's scale-invariant fine-tuning (He et al. 2021, section
+3.3; minibert/sift.py) to any task above and any encoder: a virtual
+adversarial loss on the normalised input embeddings, weighted by
+--sift-lambda, next to the task loss. task.json records its settings.
+
 Only dev files exist here for SNLI and SQuAD: --split-eval FRACTION holds out
 that fraction of the --train file (SQuAD: whole articles) with a fixed seed;
 the held-out part is evaluated and named in every reported figure.
@@ -26,6 +31,8 @@ the held-out part is evaluated and named in every reported figure.
 examples:
   python finetune.py --task sst2 --model ../minilm --train ../shared/data/sst2/train.tsv \
       --eval ../shared/data/sst2/dev.tsv --epochs 2 --output runs/sst2
+  python finetune.py --task sst2 --model ../minilm --train ../shared/data/sst2/train.tsv \
+      --eval ../shared/data/sst2/dev.tsv --epochs 2 --sift --output runs/sst2-sift
   python finetune.py --model runs/sst2 --eval ../shared/data/sst2/dev.tsv --json sst2.json
   python finetune.py --ensemble runs/sst2-a runs/sst2-b --predict test.tsv --output preds.jsonl
 """
@@ -76,11 +83,36 @@ squad.add_argument("--n-best", type=cli.positive_int, default=20, help="start an
 squad.add_argument("--null-threshold", type=cli.finite_float,
                    help="v2.0: answer '' when score(no answer) - score(best span) exceeds this (default 0.0; "
                         "with --eval/--predict it replaces the fine-tuned folder's, e.g. by its best_f1_thresh)")
+sift = parser.add_argument_group(
+    "SiFT (DeBERTa's scale-invariant fine-tuning, He et al. 2021, 3.3; defaults: the official code's, "
+    "docs deberta.md section 5)")
+sift.add_argument("--sift", action="store_true",
+                  help="add the adversarial loss on the normalised embeddings (every task: sst2, snli, mnli, mrpc, "
+                       "qqp, conll2003, squad); about 3 forward and 2 backward passes per step instead of 1 and 1")
+sift.add_argument("--sift-lambda", type=cli.positive_float, metavar="LAMBDA",
+                  help="weight of the adversarial loss (default 5: the official vat_lambda of the base, v3-base, "
+                       "v3-small and xxlarge-v2 SiFT runs in experiments/glue/mnli.sh; v3-xsmall uses 3)")
+sift.add_argument("--sift-init-scale", type=cli.positive_float, metavar="SIGMA",
+                  help="std of the initial perturbation, N(0, SIGMA^2) clipped to +-2 SIGMA, on embeddings "
+                       "normalised to variance 1 (default 0.01: official vat_init_perturbation)")
+sift.add_argument("--sift-step-size", type=cli.positive_float, metavar="ETA",
+                  help="size of the one ascent step, per token: delta += ETA g / max|g| "
+                       "(default 0.0001: official vat_learning_rate)")
+
+SIFT_FLAGS = {"sift_lambda": "--sift-lambda", "sift_init_scale": "--sift-init-scale",
+              "sift_step_size": "--sift-step-size"}
 
 
 def main(argv=None):
     args = parser.parse_args(argv)
     from minibert.errors import MiniBertError
+
+    for name, flag in SIFT_FLAGS.items():
+        if getattr(args, name) is not None and not args.sift:
+            raise MiniBertError(f"{flag} needs --sift")
+    if args.sift and not args.task:
+        raise MiniBertError("--sift is a way of fine-tuning: use it with --task (a fine-tuned folder predicts "
+                            "and evaluates the same way with or without it)")
 
     if args.ensemble and (args.task or args.train or args.model):
         raise MiniBertError("--ensemble takes fine-tuned folders: do not combine it with --task, --train or --model")
@@ -106,6 +138,16 @@ def task_settings(args):
         return {}
     return {"doc_stride": args.doc_stride, "max_query_len": args.max_query_len, "max_answer_len": args.max_answer_len,
             "n_best": args.n_best, "null_threshold": 0.0 if args.null_threshold is None else args.null_threshold}
+
+
+def sift_config(args):
+    """The SiFT settings (a sift.SiftConfig), or None without --sift. Flags
+    left out take SiftConfig's defaults, the official code's."""
+    if not args.sift:
+        return None
+    from minibert.sift import SiftConfig
+    given = {"lambda_": args.sift_lambda, "init_scale": args.sift_init_scale, "step_size": args.sift_step_size}
+    return SiftConfig(**{k: v for k, v in given.items() if v is not None})
 
 
 def fine_tune(args):
@@ -139,7 +181,8 @@ def fine_tune(args):
         learning_rate=args.lr, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
         max_seq_len=max_seq_len, warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed,
         bf16=args.bf16, device=args.device, resume=args.resume, progress=not args.quiet,
-        max_minutes=args.max_minutes, settings={**task_settings(args), "evaluated_on": eval_name})
+        max_minutes=args.max_minutes, settings={**task_settings(args), "evaluated_on": eval_name},
+        sift=sift_config(args))
     best = summary.get("best")
     if best is not None:
         record = {"task": args.task, "evaluated_on": eval_name, **best}

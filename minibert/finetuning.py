@@ -17,6 +17,10 @@ what they share:
                        head.safetensors, task.json
   predict              one model or an ensemble (members' probabilities averaged)
 
+fine_tune(..., sift=SiftConfig(...)) adds DeBERTa's scale-invariant
+fine-tuning (minibert/sift.py) to any task: the same task object, wrapped in
+sift.SiftObjective.
+
 A task object has:
 
   name, labels, main_metric      e.g. "sst2", ["0", "1"], "accuracy"
@@ -288,9 +292,11 @@ def evaluate(model, task, examples, features, pad_id, batch_size, device, bf16=F
 def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs=3, max_steps=None,
               learning_rate=5e-5, batch_size=32, eval_batch_size=128, max_seq_len=128, warmup=0.1,
               weight_decay=0.01, seed=0, bf16=False, device="auto", resume=False, progress=True,
-              max_minutes=None, settings=None):
+              max_minutes=None, settings=None, sift=None):
     """Fine-tune `model_name` (anything load_pretrained reads) on the task and
-    write the best epoch's model to `output`. Returns a summary dict."""
+    write the best epoch's model to `output`. Returns a summary dict.
+    `sift`: a sift.SiftConfig to train with SiFT's adversarial loss (task.json
+    records its settings), or None."""
     context = setup_context(device)
     output = Path(output)
     tokenizer = load_tokenizer(model_name)
@@ -309,6 +315,11 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     eval_features = task.features(eval_examples, tokenizer, max_seq_len) if eval_examples is not None else None
     settings = {"max_seq_len": max_seq_len, "base_model": str(model_name), **getattr(task, "settings", {}),
                 **(settings or {})}
+    objective = Objective(task)
+    if sift is not None:
+        from minibert.sift import SiftObjective
+        objective = SiftObjective(task, sift)
+        settings["sift"] = sift.to_dict()
     history = []
     best = {"value": -math.inf}
     if resume and (output / TASK_FILE).is_file():   # the best epoch before the kill stays the one to beat
@@ -334,14 +345,20 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     run_config = {"task": task.name, "base_model": str(model_name), "total_steps": total_steps,
                   "batch_size": batch_size, "seed": seed, "grad_accum_steps": 1, "max_seq_len": max_seq_len,
                   "train_examples": len(train_examples)}
+    if sift is not None:
+        run_config["sift"] = settings["sift"]
     output.mkdir(parents=True, exist_ok=True)
     if context.is_main and progress:
         tqdm.write(f"{task.name}: {len(train_examples):,} training examples ({len(train_features):,} features), "
                    f"{len(batches):,} batches per epoch, {total_steps:,} steps")
     started = time.time()
-    summary = train(model, batches, Objective(task), config, context, output / "checkpoint.pt",
-                    run_config=run_config, evaluate=evaluate_and_keep_best if eval_features is not None else None,
-                    resume=resume, progress=progress)
+    try:
+        summary = train(model, batches, objective, config, context, output / "checkpoint.pt",
+                        run_config=run_config, evaluate=evaluate_and_keep_best if eval_features is not None else None,
+                        resume=resume, progress=progress)
+    finally:
+        if sift is not None:
+            objective.remove_hooks()
     if context.is_main and eval_features is None:
         save_task_model(model, task, tokenizer, output, settings)
     summary.update(task=task.name, seconds=time.time() - started, epochs_history=history,
