@@ -194,17 +194,22 @@ def all_reduce_sum(values, context):
 
 
 def train(model, batches, objective, config, context, checkpoint_path, run_config=None, evaluate=None,
-          resume=False, progress=True):
+          resume=False, progress=True, optimizer_factory=None):
     """Run `config.total_steps` optimizer steps. Returns a summary dict.
 
     batches[i]: the i-th global micro-batch (a dict of tensors).
     objective.counts(batch) -> {term: items it averages over};
     objective.losses(model, batch) -> {term: (sum of losses, number correct)}.
     evaluate(model) -> dict of held-out metrics (run on the main process).
+    optimizer_factory(model) -> (optimizer, scheduler): another optimizer than
+    BERT's (distillation's Adadelta); default AdamW with warm-up and linear decay.
     """
     model.to(context.device)
-    optimizer = make_optimizer(model, config.learning_rate, config.weight_decay)
-    scheduler = warmup_then_linear_decay(optimizer, config.warmup_steps, config.total_steps)
+    if optimizer_factory is None:
+        optimizer = make_optimizer(model, config.learning_rate, config.weight_decay)
+        scheduler = warmup_then_linear_decay(optimizer, config.warmup_steps, config.total_steps)
+    else:
+        optimizer, scheduler = optimizer_factory(model)
     start_step = 0
     checkpoint_path = Path(checkpoint_path)
     if context.is_main:

@@ -1,0 +1,252 @@
+r"""Distil a fine-tuned BERT classifier into a BiLSTM (Tang et al. 2019, arXiv:1903.12136).
+
+  distil     python distill.py --teacher DIR --task TASK --train FILE --eval FILE --output STUDENT
+  baseline   python distill.py --task TASK --train FILE --eval FILE --output STUDENT --no-teacher
+  predict    python distill.py --student STUDENT --predict FILE --output PREDS
+  evaluate   python distill.py --student STUDENT --eval FILE [--json OUT]
+
+DIR is a finetune.py folder of a sentence classifier: sst2, snli, mnli, mrpc
+or qqp (--task may then be left out: it is the teacher's). The student is
+Tang et al.'s: word embeddings -> one-layer BiLSTM -> concatenated final
+states -> ReLU layer (200) -> logits, siamese ([h1, h2, h1*h2, |h1-h2|]) for
+sentence pairs.
+
+The transfer set is the training set plus `--n-iter` augmented copies of each
+example (each word masked with p 0.1 or replaced by a word of the same
+part-of-speech with p 0.1, then with p 0.25 only a random n-gram kept). The
+teacher's logits on it are computed once and cached (--cache-dir); a later
+run with the same teacher, data and augmentation settings reuses them. The
+student is trained on
+
+    alpha * CE(student logits, gold label) + (1 - alpha) * MSE(student logits, teacher logits)
+
+(CE only on examples with a gold label: the augmented ones have none) with
+Adadelta, evaluated on --eval each epoch; the best epoch is kept.
+STUDENT (a folder) holds student.safetensors, its vocabulary (vocab.txt, or
+the teacher's tokenizer files) and student.json. Predictions and metrics
+have finetune.py's formats and names.
+
+examples:
+  python distill.py --teacher runs/sst2 --train ../shared/data/sst2/train.tsv \
+      --eval ../shared/data/sst2/dev.tsv --output runs/sst2-bilstm
+  python distill.py --task sst2 --train ../shared/data/sst2/train.tsv \
+      --eval ../shared/data/sst2/dev.tsv --no-teacher --output runs/sst2-bilstm-plain
+  python distill.py --student runs/sst2-bilstm --eval ../shared/data/sst2/dev.tsv --json student.json
+"""
+
+from minibert import cli
+from minibert.cli import ArgumentParser, HelpFormatter, run
+
+TASKS = ["sst2", "snli", "mnli", "mrpc", "qqp"]
+
+parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+what = parser.add_argument_group("what to do")
+what.add_argument("--teacher", metavar="DIR", help="a finetune.py classifier folder to distil")
+what.add_argument("--no-teacher", action="store_true",
+                  help="train the plain BiLSTM on the gold labels (no teacher logits, no augmentation): the "
+                       "baseline. With --teacher and --embeddings teacher, the teacher gives only its embeddings")
+what.add_argument("--task", choices=TASKS, help="the task (default with --teacher: the teacher's; it must match)")
+what.add_argument("--student", metavar="DIR", help="a distill.py student folder, to --predict or --eval with")
+what.add_argument("--train", metavar="FILE", help="training file (any input format of the task)")
+what.add_argument("--eval", metavar="FILE", help="labelled file to evaluate on (each epoch when training)")
+what.add_argument("--predict", metavar="FILE", help="file to predict (with --student)")
+what.add_argument("--output", help="training: the student folder; predict: the predictions file (jsonl)")
+what.add_argument("--json", type=cli.output_file, metavar="OUT",
+                  help="also write the results as JSON: accuracy (and f1 for mrpc/qqp), parameter counts, the "
+                       "teacher's accuracy, train time")
+transfer = parser.add_argument_group("transfer set (Tang et al. section 3)")
+transfer.add_argument("--no-augment", action="store_true",
+                      help="the transfer set is the training set alone (teacher logits on it, no augmented copies)")
+transfer.add_argument("--n-iter", type=cli.positive_int,
+                      help="augmented samples tried per example (default 20; 10 for sentence pairs); duplicates "
+                           "are dropped")
+transfer.add_argument("--p-mask", type=cli.probability(include_zero=True), default=0.1,
+                      help="probability that a word becomes [MASK]")
+transfer.add_argument("--p-pos", type=cli.probability(include_zero=True), default=0.1,
+                      help="probability that a word is replaced by a word with the same part-of-speech tag")
+transfer.add_argument("--p-ng", type=cli.probability(include_zero=True), default=0.25,
+                      help="probability that a sample is cut to one random n-gram")
+transfer.add_argument("--max-ngram", type=cli.positive_int, default=5, help="the n-grams' n is drawn from 1..this")
+transfer.add_argument("--pos-file", metavar="FILE",
+                      help="'word TAG ...' lines giving each word's part of speech (default: CoNLL-2003's "
+                           "../shared/data/conll2003/eng.train next to the repository)")
+transfer.add_argument("--cache-dir", type=cli.output_folder, metavar="DIR",
+                      help="where the transfer set and teacher logits are cached, one .npz per (teacher files, "
+                           "training data, augmentation settings) (default: $MINIBERT_CACHE/distill, i.e. "
+                           "~/.cache/minibert/distill)")
+transfer.add_argument("--teacher-batch-size", type=cli.positive_int, default=128,
+                      help="examples per teacher forward pass")
+student = parser.add_argument_group("student (defaults: the authors' SST-2 BiLSTM, d-bert confs/birnn_sst2.json)")
+student.add_argument("--embeddings", default="random", metavar="random|teacher|FILE",
+                     help="random: U(-0.25, 0.25) word vectors (Tang's 'rand'); FILE: word2vec/GloVe text vectors "
+                          "for the words they have (others random; an optional 'count dim' first line); teacher: "
+                          "the student reads the teacher's word pieces (its tokenizer) and starts from its "
+                          "word-piece embedding matrix, at the teacher's width, or, when --embedding-dim differs, "
+                          "times a fixed random projection (N(0, 1/dim) entries, seeded)")
+student.add_argument("--embedding-dim", type=cli.positive_int,
+                     help="word vector width (default: 300; a vectors FILE's own width; the teacher's width)")
+student.add_argument("--hidden-size", type=cli.positive_int,
+                     help="LSTM units per direction (default 150; 300 for sentence pairs)")
+student.add_argument("--fc-size", type=cli.positive_int, default=200, help="width of the ReLU layer")
+student.add_argument("--pooling", choices=["final", "max"], default="final",
+                     help="sentence vector: the final states of both directions, or the max over time")
+student.add_argument("--dropout", type=cli.probability(include_zero=True, include_one=False), default=0.1,
+                     help="dropout after the ReLU layer")
+student.add_argument("--min-count", type=cli.positive_int, default=1,
+                     help="a word of the transfer set enters the student's vocabulary if it occurs this often "
+                          "(others read as [UNK]; not used with --embeddings teacher)")
+student.add_argument("--freeze-embeddings", action="store_true",
+                     help="keep the embeddings fixed (Tang's 'static' mode); default: trained")
+student.add_argument("--max-seq-len", type=cli.positive_int, default=128,
+                     help="words (or word pieces) per text the student reads; the teacher keeps its own")
+train = parser.add_argument_group("training")
+train.add_argument("--alpha", type=cli.probability(include_zero=True),
+                   help="weight of the gold-label cross-entropy; 1 - alpha weighs the MSE to the teacher's logits "
+                        "(default 0 with a teacher: the augmented ~95%% of the transfer set has no gold label and "
+                        "the teacher's logits carry it for the rest; the authors' code weighs both 1, i.e. 0.5 "
+                        "here, Adadelta being insensitive to the overall scale. --no-teacher: 1)")
+train.add_argument("--optimizer", choices=["adadelta", "adam"], default="adadelta",
+                   help="Adadelta (rho --rho) as the authors' code, or Adam; constant learning rate")
+train.add_argument("--lr", type=cli.positive_float, help="learning rate (default 1.0 for Adadelta, 5e-4 for Adam)")
+train.add_argument("--rho", type=cli.probability(include_zero=True, include_one=False), default=0.95,
+                   help="Adadelta's decay of its running averages")
+train.add_argument("--weight-decay", type=cli.non_negative_float, default=0.0,
+                   help="L2 penalty added to the gradients (the authors' config has 1e-3)")
+train.add_argument("--max-grad-norm", type=cli.non_negative_float, default=0.0,
+                   help="clip the gradient norm to this; 0: no clipping (the authors' 30000 never binds)")
+train.add_argument("--epochs", type=cli.positive_int, default=30, help="passes over the transfer set")
+train.add_argument("--batch-size", type=cli.positive_int, default=50, help="transfer examples per step")
+train.add_argument("--eval-batch-size", type=cli.positive_int, default=256,
+                   help="examples per student forward pass when evaluating or predicting")
+train.add_argument("--seed", type=cli.non_negative_int, default=0,
+                   help="random seed (augmentation, student initialisation, data order, dropout)")
+train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
+                   help="use only the first N training examples (quick runs)")
+train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
+train.add_argument("--max-minutes", type=cli.positive_float,
+                   help="stop (with a checkpoint; --resume continues) after this much training time")
+train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
+train.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def main(argv=None):
+    args = parser.parse_args(argv)
+    from minibert.errors import MiniBertError
+
+    if args.student:
+        if args.teacher or args.task or args.train or args.no_teacher:
+            raise MiniBertError("--student takes a trained student folder: do not combine it with --teacher, "
+                                "--task, --train or --no-teacher")
+        if bool(args.predict) == bool(args.eval):
+            raise MiniBertError("give one of --predict FILE (with --output) or --eval FILE")
+        if args.predict and not args.output:
+            raise MiniBertError("--predict needs --output PREDS")
+        return predict_or_evaluate(args)
+    if args.predict:
+        raise MiniBertError("--predict works on a trained student: give --student DIR")
+    if not args.train or not args.output:
+        raise MiniBertError("training needs --train FILE and --output DIR (or --student DIR to use a trained one)")
+    if not args.teacher and not args.no_teacher:
+        raise MiniBertError("give --teacher DIR (distil a finetune.py classifier) or --no-teacher (the plain "
+                            "BiLSTM on gold labels)")
+    if args.no_teacher and not args.task:
+        raise MiniBertError("--no-teacher needs --task TASK")
+    if args.no_teacher and args.teacher and args.embeddings != "teacher":
+        raise MiniBertError("--no-teacher with --teacher: the teacher would only serve --embeddings teacher")
+    return distil(args)
+
+
+def settings_from(args):
+    from minibert.distillation import DistillationSettings
+    return DistillationSettings(
+        embeddings=args.embeddings, embedding_dim=args.embedding_dim, hidden_size=args.hidden_size,
+        fc_size=args.fc_size, pooling=args.pooling, dropout=args.dropout, min_count=args.min_count,
+        max_seq_len=args.max_seq_len, freeze_embeddings=args.freeze_embeddings, augment=not args.no_augment,
+        n_iter=args.n_iter, p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng, max_ngram=args.max_ngram,
+        pos_file=args.pos_file, cache_dir=str(args.cache_dir) if args.cache_dir else None,
+        teacher_batch_size=args.teacher_batch_size, alpha=args.alpha, optimizer=args.optimizer, lr=args.lr,
+        rho=args.rho, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, epochs=args.epochs,
+        batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, seed=args.seed,
+        max_train_examples=args.max_train_examples, max_minutes=args.max_minutes)
+
+
+def results_table(summary, title):
+    """What the run gives, one line each: the student's metrics, the teacher's, sizes and times."""
+    from minibert.finetuning import format_metrics
+    rows = {f"student {k}": v for k, v in (summary["best"] or {}).items()}
+    rows.update({f"teacher {k}": v for k, v in (summary["teacher_metrics"] or {}).items()})
+    rows["student parameters"] = f"{summary['parameters']:,}"
+    rows["  without embeddings"] = f"{summary['parameters_without_embeddings']:,}"
+    if summary["teacher_parameters"]:
+        rows["teacher parameters"] = f"{summary['teacher_parameters']:,}"
+    rows["transfer examples"] = f"{summary['transfer_examples']:,}"
+    rows["best epoch"] = summary["best_epoch"]
+    rows["train time (s)"] = summary["train_seconds"]
+    return format_metrics(rows, title)
+
+
+def distil(args):
+    from pathlib import Path
+
+    from minibert import distillation
+    from minibert.errors import MiniBertError
+    from minibert.finetuning import json_safe
+    from minibert.fileio import write_json
+
+    output = cli.output_folder(args.output)
+    if (output / distillation.STUDENT_FILE).exists() and not args.resume:
+        raise MiniBertError(f"--output {output}: already holds a student; choose another folder "
+                            f"(or --resume to continue its run)")
+    for flag, path in (("--train", args.train), ("--eval", args.eval)):
+        if path and not Path(path).is_file():
+            raise MiniBertError(f"{flag} {path}: no such file")
+    summary = distillation.distill(
+        args.task, Path(args.train), Path(args.eval) if args.eval else None, output, settings_from(args),
+        teacher_folder=args.teacher, use_teacher_logits=not args.no_teacher, device=args.device,
+        resume=args.resume, progress=not args.quiet)
+    kind = "distilled BiLSTM" if not args.no_teacher else "BiLSTM on gold labels"
+    print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {args.eval or '(no --eval)'}"))
+    print(f"saved to {output} ({summary['train_seconds']:.0f} s of training, {summary['end_step']} steps)")
+    if args.json:
+        best = summary["best"] or {}
+        teacher = {f"teacher_{k}": v for k, v in (summary["teacher_metrics"] or {}).items()}
+        results = {"task": summary["task"], "evaluated_on": args.eval, "teacher": args.teacher,
+                   "distilled": not args.no_teacher, **best, **teacher, "parameters": summary["parameters"],
+                   "parameters_without_embeddings": summary["parameters_without_embeddings"],
+                   "teacher_parameters": summary["teacher_parameters"], "train_seconds": summary["train_seconds"],
+                   "transfer_seconds": summary["transfer_seconds"], "cache_hit": summary["cache_hit"],
+                   "train_examples": summary["train_examples"], "transfer_examples": summary["transfer_examples"],
+                   "best_epoch": summary["best_epoch"], "epochs_history": summary["epochs_history"],
+                   "settings": summary["settings"], "history": summary["history"]}
+        cli.make_parent_folder(args.json)
+        write_json(args.json, json_safe(results))
+    return 0
+
+
+def predict_or_evaluate(args):
+    from pathlib import Path
+
+    from minibert import distillation
+    from minibert.fileio import write_json
+    from minibert.finetuning import format_metrics
+
+    path = Path(args.predict or args.eval)
+    task, examples, predictions = distillation.predict_file(args.student, path, device=args.device,
+                                                            batch_size=args.eval_batch_size, progress=not args.quiet)
+    if args.predict:
+        output = cli.output_file(args.output)
+        cli.make_parent_folder(output)
+        task.write_predictions(examples, predictions, output)
+        print(f"wrote predictions for {len(predictions)} examples to {output}")
+        return 0
+    metrics = task.metrics(examples, predictions)
+    print(format_metrics(metrics, f"{task.name} on {path} (student {args.student})"))
+    if args.json:
+        cli.make_parent_folder(args.json)
+        write_json(args.json, {"task": task.name, "evaluated_on": str(path), "models": [str(args.student)],
+                               **metrics})
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
