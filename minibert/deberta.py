@@ -14,12 +14,12 @@ References
             Sharing", arXiv:2111.09543.
   The released code: github.com/microsoft/DeBERTa ("the official code"), and
   Hugging Face transformers' modeling_deberta.py / modeling_deberta_v2.py.
-  deberta.md, the project's research notes (../shared/docs/deberta.md, next
-  to the repository), has the details this file relies on, by section: the
+  docs/deberta.md has the details this file relies on, by section: the
   score (1.1), relative indices and log buckets (1.2), parameter layouts
   (1.3, 4.3-4.5), padding (1.6), EMD (2). Paper section and equation numbers
-  below are as those notes recall them (3.1 disentangled attention, Eq. 3-4;
-  3.2 EMD); where paper and code differ, this file follows the code.
+  below (3.1 disentangled attention, Eq. 3-4; 3.2 EMD) are as docs/deberta.md
+  gives them, not checked against the paper's PDF; where paper and code
+  differ, this file follows the code.
 
 What DeBERTa changes, against BERT:
   1. No absolute positions at the input (position_biased_input false).
@@ -59,7 +59,7 @@ Parameter layout, and v1's fused projection
       pos_proj.weight         <-> relative_key.weight
       pos_q_proj.{weight,bias} <-> relative_query.{weight,bias}
 
-  The newest official code converts v1 files the same way (deberta.md 4.5);
+  The newest official code converts v1 files the same way (docs/deberta.md 4.5);
   the map is exact in both directions, so a v1 model saved back is a v1 file.
 
 Shapes in comments: B batch, T sequence length, H hidden size, E embedding
@@ -91,7 +91,7 @@ EMD_STEPS = 2                      # [DeBERTa] 3.2: n = 2 decoder layers, sharin
 @dataclass
 class DebertaConfig:
     """Hyper-parameters. Field names and defaults are those of Hugging Face's
-    DebertaConfig / DebertaV2Config (deberta.md 4.2), so a config.json that
+    DebertaConfig / DebertaV2Config (docs/deberta.md 4.2), so a config.json that
     leaves a field out means here what it means to transformers. (Every
     released model sets relative_attention true and position_biased_input
     false; the defaults are the other way round.)"""
@@ -198,7 +198,7 @@ class DebertaConfig:
     @property
     def score_scale_factor(self):
         """s in the scale 1 / sqrt(s D): one plus the number of relative terms
-        (deberta.md 1.1). It counts pos_att_type even when
+        (docs/deberta.md 1.1). It counts pos_att_type even when
         relative_attention is false, as both released codes do."""
         return 1 + len(self.pos_att_type)
 
@@ -294,7 +294,7 @@ V2_DEFAULTS = {"vocab_size": 128100, "hidden_size": 1536, "num_hidden_layers": 2
 
 
 # ----------------------------------------------------------------------------
-# Relative positions ([DeBERTa] 3.1, Eq. 3; deberta.md 1.2)
+# Relative positions ([DeBERTa] 3.1, Eq. 3; docs/deberta.md 1.2)
 # ----------------------------------------------------------------------------
 
 
@@ -327,7 +327,7 @@ def relative_index(T, config, device=None):
     row clamp(r + k, 0, 2k - 1) of its 2k rows ([DeBERTa] Eq. 3: distances
     beyond k share the end rows); v2 first maps r to its log bucket. Hugging
     Face's v1 slices a shorter span out of the table when T < k; the rows it
-    reads are the same (deberta.md 1.2)."""
+    reads are the same (docs/deberta.md 1.2)."""
     S = config.attention_span
     positions = torch.arange(T, device=device)
     r = positions[:, None] - positions[None, :]                         # (T, T): r[i, j] = i - j
@@ -337,14 +337,14 @@ def relative_index(T, config, device=None):
 
 
 # ----------------------------------------------------------------------------
-# Disentangled attention ([DeBERTa] 3.1, Eq. 4; deberta.md 1.1, 1.3-1.7)
+# Disentangled attention ([DeBERTa] 3.1, Eq. 4; docs/deberta.md 1.1, 1.3-1.7)
 # ----------------------------------------------------------------------------
 
 
 def pairwise_mask(attention_mask):
     """(B, T) mask of 1 (real) / 0 (padding) -> (B, 1, T, T) boolean: query i
     may attend to key j iff both are real tokens. (BERT only masks keys;
-    DeBERTa's code masks padded query rows as well, deberta.md 1.6.)"""
+    DeBERTa's code masks padded query rows as well, docs/deberta.md 1.6.)"""
     m = attention_mask.bool()
     return m[:, None, :, None] & m[:, None, None, :]
 
@@ -356,7 +356,7 @@ def masked_softmax(scores, mask):
 
     transformers 5 uses a plain softmax here, which gives padded query rows a
     uniform distribution instead: hidden states at padded positions differ
-    between the two, real positions do not (deberta.md 1.6)."""
+    between the two, real positions do not (docs/deberta.md 1.6)."""
     probs = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(dim=-1)
     return probs.masked_fill(~mask, 0.0)
 
@@ -376,7 +376,7 @@ def split_v1_in_proj(in_proj_weight, num_heads):
     v1 views in_proj's 3H outputs as (A, 3D): per head, D query features,
     then D key features, then D value features (not all queries first), so
     the weight is reshaped to [A, 3, D, H] and cut along the "3" axis
-    (deberta.md 1.3)."""
+    (docs/deberta.md 1.3)."""
     three_h, H = in_proj_weight.shape
     if three_h != 3 * H or H % num_heads:
         raise MiniBertError(f"in_proj.weight of shape {list(in_proj_weight.shape)}: expected [3H, H] with H a "
@@ -406,14 +406,14 @@ class DisentangledSelfAttention(nn.Module):
                   / sqrt(s D),  s = 1 + number of relative terms (3)
 
     This is [DeBERTa] Eq. 4 as the released code computes it, which is what
-    the checkpoints were trained with (deberta.md 1.1, checklist items 2-3):
+    the checkpoints were trained with (docs/deberta.md 1.1, checklist items 2-3):
       * p2c: the paper writes K_j . Q_r[delta(j, i)], with the distance
         swapped; both released codes use the same delta(i, j) as c2p, and so
         do we;
       * the scale is 1 / sqrt(3D) on all three terms (BERT's is 1 / sqrt(D):
         three terms of similar size, three times the variance). v1's code
         divides Q before the products and v2's divides after them; that only
-        changes rounding (deberta.md 1.4). We scale the sum once.
+        changes rounding (docs/deberta.md 1.4). We scale the sum once.
 
     H_q is the query stream: the layer input, or in the Enhanced Mask Decoder
     a different tensor than the keys' and values' H (section EMD below).
@@ -492,7 +492,7 @@ class DisentangledSelfAttention(nn.Module):
 
 
 # ----------------------------------------------------------------------------
-# Embeddings (deberta.md 3, "Embeddings")
+# Embeddings (docs/deberta.md 3, "Embeddings")
 # ----------------------------------------------------------------------------
 
 
@@ -567,7 +567,7 @@ class ConvLayer(nn.Module):
     """DeBERTa v2-xlarge/xxlarge's convolution branch ("nGiE", n-gram induced
     input encoding, in the official README's "What's new in v2"): after layer
     0, a 1-D convolution over the *embedding output* adds local n-gram
-    information to layer 0's output (deberta.md 3):
+    information to layer 0's output (docs/deberta.md 3):
 
         y = LN(layer0 + act(Dropout(Conv1d(x) with padded positions 0))) * mask"""
 
@@ -661,7 +661,7 @@ class DebertaModel(nn.Module):
       * `output.mlm_logits` is what DeBERTa was pre-trained to predict: the
         Enhanced Mask Decoder's output through the head (official code;
         transformers' DebertaForMaskedLM does NOT do this, it applies the head
-        to the last layer, deberta.md 2). A position-biased model has no EMD
+        to the last layer, docs/deberta.md 2). A position-biased model has no EMD
         and reads the last layer, as the official code does.
       * `model.mlm_head(h, model.embeddings.word_embeddings.weight)` reads any
         hidden state h (..., H) directly. probe.py reaches the head this way,
@@ -749,7 +749,7 @@ class DebertaModel(nn.Module):
         return self.mlm_head(selected, word_embeddings)
 
     def enhanced_mask_decoder(self, hidden_states, attention_mask):
-        """[DeBERTa] 3.2, as the official code does it (deberta.md 2;
+        """[DeBERTa] 3.2, as the official code does it (docs/deberta.md 2;
         apps/models/masked_language_model.py, EnhancedMaskDecoder):
 
             I_0 = H_{L-1} + Z                 Z: absolute position embeddings, raw lookup

@@ -7,7 +7,12 @@ uses. It accepts
 * a path to a folder (or to a file inside it, e.g. `bert_config.json`);
 * a known name such as "bert-base-uncased" or "albert-base-v2": the official
   Google release archive is downloaded once into the cache folder, checked,
-  unpacked, and found there on every later call without touching the network.
+  unpacked, and found there on every later call without touching the network;
+* a known Hugging Face hub name ("microsoft/deberta-base",
+  "microsoft/deberta-v3-xsmall", "-small", "-base"): the repository has no
+  archive, so its files (config.json, pytorch_model.bin and the tokenizer's)
+  are downloaded one by one from https://huggingface.co/<name>/resolve/main/
+  into a folder of the cache, each checked, resumed and cached the same way.
 
 The cache folder is `$MINIBERT_CACHE` if set, else `~/.cache/minibert`:
 
@@ -22,6 +27,17 @@ The archive itself is deleted once it has been unpacked. To install a model
 by hand (e.g. on a machine without internet), download the archive yourself
 and unpack it into `<cache>/<name>/`, or simply pass the unpacked folder's
 path instead of the name.
+
+A Hugging Face name's "/" becomes "--" in the cache:
+
+    <cache>/microsoft--deberta-v3-base.lock
+    <cache>/downloads/microsoft--deberta-v3-base/            while downloading
+        config.json  pytorch_model.bin.part  pytorch_model.bin.part.json ...
+    <cache>/microsoft--deberta-v3-base/                      when every file is in
+        config.json  pytorch_model.bin  spm.model  tokenizer_config.json
+
+The download folder is renamed to its final name only once every file is
+there and checked, so the final folder existing means the model is complete.
 
 One process at a time. Downloading and unpacking a name happen while holding
 an exclusive lock (fcntl.flock) on `<cache>/<name>.lock`; a second process
@@ -50,6 +66,10 @@ to more than `max_unpacked_bytes` (20 times its own size plus 100 MiB, or
 `$MINIBERT_MAX_UNPACKED_BYTES`): the sizes the members declare are added up
 before unpacking, and the bytes actually written are counted while unpacking.
 
+A Hugging Face model's files are checked as they arrive: a .json must parse,
+and pytorch_model.bin (a zip archive, as torch.save writes it) must pass its
+members' CRC-32 checks. A file that fails is deleted, to be downloaded anew.
+
 Refreshing. A download can unpack fine and still not load (a damaged
 checkpoint inside a valid archive, a missing config). Errors from loading a
 cached download say which cache folder it is; `force_download=True` (on
@@ -57,8 +77,8 @@ resolve_model_dir, load_pretrained and load_tokenizer) deletes the cached copy
 and downloads it again, as does deleting `<cache>/<name>/` by hand.
 
 `MINIBERT_DOWNLOAD_URL_PREFIX`, if set, replaces the
-`https://storage.googleapis.com` at the start of every official URL, e.g. to
-use a mirror or, in the tests, a local server:
+`https://storage.googleapis.com` or `https://huggingface.co` at the start of
+every official URL, e.g. to use a mirror or, in the tests, a local server:
 MINIBERT_DOWNLOAD_URL_PREFIX=http://127.0.0.1:8000
 """
 
@@ -94,6 +114,7 @@ BUNDLED_MODEL_NAME = "minibert-gutenberg"
 BUNDLED_MODEL_DIR = Path(__file__).parent / "pretrained" / "minibert-gutenberg"
 
 OFFICIAL_URL_PREFIX = "https://storage.googleapis.com"
+HF_URL_PREFIX = "https://huggingface.co"
 URL_PREFIX_VARIABLE = "MINIBERT_DOWNLOAD_URL_PREFIX"
 CACHE_VARIABLE = "MINIBERT_CACHE"
 MAX_UNPACKED_VARIABLE = "MINIBERT_MAX_UNPACKED_BYTES"
@@ -120,6 +141,51 @@ class KnownModel:
     @property
     def archive_name(self):
         return self.url.rsplit("/", 1)[-1]
+
+    @property
+    def folder_name(self):
+        """Its folder in the cache (and the name of its lock file)."""
+        return self.name
+
+    @property
+    def download_name(self):
+        """What `<cache>/downloads/` holds while it downloads: the archive."""
+        return self.archive_name
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """A model repository on the Hugging Face hub, downloaded file by file:
+    `files` must all be there; `optional_files` are fetched when the
+    repository has them (a 404 for one is not an error)."""
+    name: str                       # "microsoft/deberta-v3-base"
+    files: tuple
+    optional_files: tuple = ()
+
+    def url(self, file_name):
+        return f"{HF_URL_PREFIX}/{self.name}/resolve/main/{file_name}"
+
+    @property
+    def folder_name(self):
+        return self.name.replace("/", "--")
+
+    @property
+    def download_name(self):
+        """The folder in `<cache>/downloads/` that gathers the files."""
+        return self.folder_name
+
+
+def hub_models():
+    """The Hugging Face registry: DeBERTa v1 and v3 (docs/deberta.md 4.1).
+    v1's tokenizer is GPT-2's byte-level BPE (vocab.json + merges.txt), v3's
+    a SentencePiece spm.model; tokenizer_config.json says how to use them
+    (both do_lower_case false, the default when it is absent)."""
+    v1 = ("config.json", "pytorch_model.bin", "vocab.json", "merges.txt")
+    v3 = ("config.json", "pytorch_model.bin", "spm.model")
+    models = [HubModel("microsoft/deberta-base", v1, ("tokenizer_config.json",))]
+    models += [HubModel(f"microsoft/deberta-v3-{size}", v3, ("tokenizer_config.json",))
+               for size in ("xsmall", "small", "base")]
+    return {model.name: model for model in models}
 
 
 def official_models():
@@ -151,16 +217,29 @@ def official_models():
 
 
 KNOWN_MODELS = official_models()
+HUB_MODELS = hub_models()
 
 # How error messages list the names, without spelling out all 24 small BERTs.
 KNOWN_NAMES_SHORT = (f"{BUNDLED_MODEL_NAME}, bert-base-uncased, bert-base-cased, "
                      "bert-large-uncased, bert-uncased-L-{2,4,6,8,10,12}-H-{128,256,512,768}, "
-                     "albert-{base,large,xlarge,xxlarge}-v2")
+                     "albert-{base,large,xlarge,xxlarge}-v2, microsoft/deberta-base, "
+                     "microsoft/deberta-v3-{xsmall,small,base}")
 
 
 def known_model_names():
-    """Every name resolve_model_dir accepts besides a path, the bundled model first."""
+    """The names of Google's release archives that resolve_model_dir
+    accepts, the bundled model first (the Hugging Face ones: hub_model_names)."""
     return [BUNDLED_MODEL_NAME, *KNOWN_MODELS]
+
+
+def hub_model_names():
+    """The Hugging Face hub names that resolve_model_dir accepts."""
+    return list(HUB_MODELS)
+
+
+def registered_model(name):
+    """The KnownModel or HubModel of a name, or None."""
+    return KNOWN_MODELS.get(name) or HUB_MODELS.get(name)
 
 
 def default_cache_dir():
@@ -170,10 +249,19 @@ def default_cache_dir():
 
 def model_url(model, url_prefix=None):
     """The URL to fetch, with the official prefix swapped for a mirror if asked."""
+    return mirror_url(model.url, url_prefix)
+
+
+def mirror_url(url, url_prefix=None):
+    """`url` with its official host (Google's or Hugging Face's) replaced by
+    `url_prefix`, else by $MINIBERT_DOWNLOAD_URL_PREFIX, if either is set."""
     prefix = url_prefix or os.environ.get(URL_PREFIX_VARIABLE)
     if not prefix:
-        return model.url
-    return prefix.rstrip("/") + model.url[len(OFFICIAL_URL_PREFIX):]
+        return url
+    for official in (OFFICIAL_URL_PREFIX, HF_URL_PREFIX):
+        if url.startswith(official):
+            return prefix.rstrip("/") + url[len(official):]
+    return url
 
 
 def bundled_model_dir():
@@ -207,7 +295,7 @@ def resolve_model_dir(name_or_path, *, force_download=False):
         return path
     if path.is_file():
         return path.parent
-    if text in KNOWN_MODELS:
+    if registered_model(text) is not None:
         return download_model(text, force_download=force_download)
     raise MiniBertError(f"model {text!r} is neither an existing file or folder nor a "
                         f"known model name; known names: {KNOWN_NAMES_SHORT}")
@@ -244,8 +332,8 @@ def explain_cache_error(error, folder):
     """
     cache = default_cache_dir().resolve()
     folder = Path(folder).resolve()
-    for name in KNOWN_MODELS:
-        target = cache / name
+    for name, model in [*KNOWN_MODELS.items(), *HUB_MODELS.items()]:
+        target = cache / model.folder_name
         if folder == target or target in folder.parents:
             return MiniBertError(f"{error} (the cached download of {name} in {target} is bad; "
                                  f"{refresh_advice(name, target)})")
@@ -262,15 +350,16 @@ def download_model(name, *, cache_dir=None, url_prefix=None, progress=True, forc
     A second call finds the unpacked folder in the cache and does no network
     access. `cache_dir` defaults to default_cache_dir(); `url_prefix` to
     $MINIBERT_DOWNLOAD_URL_PREFIX (else the official host). `force_download`
-    deletes what the cache holds for `name` and downloads it again.
+    deletes what the cache holds for `name` and downloads it again. A
+    Hugging Face name's files are downloaded one by one (download_hub_files).
     """
     if name == BUNDLED_MODEL_NAME:
         return bundled_model_dir()
-    if name not in KNOWN_MODELS:
+    model = registered_model(name)
+    if model is None:
         raise MiniBertError(f"unknown model name {name!r}; known names: {KNOWN_NAMES_SHORT}")
-    model = KNOWN_MODELS[name]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = cache / name
+    target = cache / model.folder_name
 
     # The quick way, without the lock: `target` only ever appears by renaming
     # a completely unpacked folder, so if it exists it is finished.
@@ -283,15 +372,19 @@ def download_model(name, *, cache_dir=None, url_prefix=None, progress=True, forc
     except OSError as e:
         raise MiniBertError(f"cannot create the cache folder {downloads} ({e.strerror}); "
                             f"set {CACHE_VARIABLE} to a writable folder") from None
-    archive = downloads / model.archive_name
+    archive = downloads / model.download_name    # for a hub model: the folder its files gather in
 
-    with cache_lock(cache / f"{name}.lock", name, progress):
-        remove_leftovers(cache, name, archive)
+    with cache_lock(cache / f"{model.folder_name}.lock", name, progress):
+        remove_leftovers(cache, model.folder_name, archive)
         if force_download:
-            delete_cached(cache, name, archive)
+            delete_cached(cache, model.folder_name, archive)
         elif target.is_dir():  # another process finished it while we waited for the lock
             return cached_config_dir(name, target)
 
+        if isinstance(model, HubModel):
+            download_hub_files(model, archive, url_prefix, progress, cache, target)
+            os.replace(archive, target)         # complete and checked: now it may appear
+            return target
         if not archive.is_file():
             url = model_url(model, url_prefix)
             try:
@@ -310,6 +403,57 @@ def download_model(name, *, cache_dir=None, url_prefix=None, progress=True, forc
         raise MiniBertError(f"{model.url}: the archive unpacked into {target} holds no "
                             f"{' / '.join(CONFIG_FILE_NAMES)}; {refresh_advice(name, target)}")
     return found
+
+
+def download_hub_files(model, folder, url_prefix, progress, cache, target):
+    """Download a Hugging Face model's files into `folder`, each checked.
+
+    A file already in `folder` was finished and checked by an earlier run
+    that stopped at a later file, so it is not asked for again; the file
+    that was cut off resumes from its `.part` (download_file). An optional
+    file the repository does not have (404) is left out."""
+    folder.mkdir(exist_ok=True)
+    for file_name in (*model.files, *model.optional_files):
+        dest = folder / file_name
+        if dest.is_file():
+            continue
+        url = mirror_url(model.url(file_name), url_prefix)
+        try:
+            download_file(url, dest, progress=progress)
+        except MiniBertError as e:
+            if isinstance(e, NotOnServer) and file_name in model.optional_files:
+                continue
+            raise hub_download_error(model, cache, target, e) from None
+        check_downloaded_file(dest, url)
+
+
+def hub_download_error(model, cache, target, error):
+    """The error of a failed Hugging Face download, saying how to install it by hand."""
+    files = ", ".join((*model.files, *model.optional_files))
+    return MiniBertError(f"{error}. The cache folder is {cache}; to install {model.name} by hand, download "
+                         f"{files} from {HF_URL_PREFIX}/{model.name} into {target}, or pass that "
+                         f"folder's path instead of the name")
+
+
+def check_downloaded_file(path, url):
+    """Check a downloaded Hugging Face file as far as its format allows: a
+    .json file must be a JSON object; pytorch_model.bin, a zip archive as
+    torch.save writes it, must pass its members' CRC-32 checks. A file that
+    fails is deleted, so that the next attempt downloads it again. (A .bin
+    from PyTorch before 1.6 is a bare pickle with no checksum: not checked.)"""
+    try:
+        if path.suffix == ".json":
+            read_json_object(path)
+        elif path.suffix == ".bin" and zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                # all CRCs 0: saved with torch's CRC computation off, nothing to check
+                bad = zf.testzip() if any(member.CRC for member in zf.infolist()) else None
+            if bad is not None:
+                raise zipfile.BadZipFile(f"member {bad!r} fails its CRC-32 check")
+    except (MiniBertError, *CORRUPT_ARCHIVE_ERRORS) as e:
+        path.unlink()
+        raise MiniBertError(f"could not download {url}: the file is damaged ({e}); it was deleted, "
+                            f"run again to download it anew") from None
 
 
 def cached_config_dir(name, target):
@@ -361,6 +505,9 @@ def remove_leftovers(cache, name, archive):
             shutil.rmtree(leftover, ignore_errors=True)
     for leftover in archive.parent.glob(f".{archive.name}.part.json.*.tmp"):
         leftover.unlink(missing_ok=True)
+    if archive.is_dir():  # a Hugging Face model's download folder: the same, per file
+        for leftover in archive.glob(".*.part.json.*.tmp"):
+            leftover.unlink(missing_ok=True)
 
 
 def delete_cached(cache, name, archive):
@@ -373,6 +520,8 @@ def delete_cached(cache, name, archive):
         trash = cache / f".{name}.{os.getpid()}.deleting"
         os.replace(target, trash)
         shutil.rmtree(trash)
+    if archive.is_dir():  # a Hugging Face model's files, finished and partial
+        shutil.rmtree(archive)
     for file in (archive, *partial_files(archive)):
         file.unlink(missing_ok=True)
 
@@ -380,6 +529,10 @@ def delete_cached(cache, name, archive):
 def partial_files(dest):
     """An interrupted download of `dest`: the bytes so far, and what they are a prefix of."""
     return dest.with_name(dest.name + ".part"), dest.with_name(dest.name + ".part.json")
+
+
+class NotOnServer(MiniBertError):
+    """download_file's error for an HTTP 404: the server has no such file."""
 
 
 def download_file(url, dest, *, size=None, sha256=None, progress=True):
@@ -425,7 +578,8 @@ def download_file(url, dest, *, size=None, sha256=None, progress=True):
             if e.code == 416 and have and attempt == 0:
                 forget_part(part, info_file)  # "Range Not Satisfiable": our .part is wrong
                 continue
-            raise MiniBertError(f"could not download {url}: HTTP {e.code} {e.reason}") from None
+            error = NotOnServer if e.code == 404 else MiniBertError
+            raise error(f"could not download {url}: HTTP {e.code} {e.reason}") from None
         except urllib.error.URLError as e:
             raise MiniBertError(f"could not download {url}: {e.reason}") from None
         except (OSError, http.client.HTTPException) as e:

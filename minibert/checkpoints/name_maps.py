@@ -110,9 +110,29 @@ def tied_copy_rows(config):
 
 @dataclass
 class TensorName:
+    """One tensor: our name, the file's name, and whether the file stores it
+    transposed. The four methods are what the loader and saver ask of a name
+    (deberta_names.FusedInProj answers them for one file tensor that is
+    three of ours)."""
     ours: str
     theirs: str
     transpose: bool = False
+
+    @property
+    def our_names(self):
+        return (self.ours,)
+
+    def shape_in_file(self, shapes):
+        """The shape the file's tensor must have (after transposing), from our {name: shape}."""
+        return tuple(shapes[self.ours])
+
+    def to_ours(self, value):
+        """{our name: tensor} from the file's (checked, transposed) tensor."""
+        return {self.ours: value}
+
+    def from_ours(self, state):
+        """The file's tensor from our state dict (Hugging Face names are never transposed)."""
+        return state[self.ours]
 
 
 def expand(rows, source):
@@ -213,13 +233,15 @@ def detect_heads(names, source):
 class LoadReport:
     """What a load did, tensor by tensor. A load with anything missing,
     unexpected or mis-shaped is an error; `skipped` lists what was left out on
-    purpose (optimizer slots, buffers, tied duplicates)."""
+    purpose (optimizer slots, buffers, tied duplicates, heads minibert does
+    not build); `notes` says anything else about how the file was read."""
     source: str
     loaded: list = field(default_factory=list)
     missing: list = field(default_factory=list)            # our names the checkpoint lacks
     unexpected: list = field(default_factory=list)         # checkpoint names we have no place for
     shape_mismatches: list = field(default_factory=list)   # (name, expected shape, found shape)
     skipped: list = field(default_factory=list)            # (checkpoint name, reason)
+    notes: list = field(default_factory=list)              # what else the reader should know about the load
 
     @property
     def ok(self):
@@ -233,7 +255,8 @@ class LoadReport:
                  f"  shape mismatches  {len(self.shape_mismatches)}",
                  f"  skipped on purpose {len(self.skipped)}"]
         for title, items in (("missing", self.missing), ("unexpected", self.unexpected),
-                             ("shape mismatch", self.shape_mismatches), ("skipped", self.skipped)):
+                             ("shape mismatch", self.shape_mismatches), ("skipped", self.skipped),
+                             ("note", self.notes)):
             lines += [f"    {title}: {item}" for item in items]
         return "\n".join(lines)
 

@@ -1,0 +1,494 @@
+"""load_pretrained / save_pretrained for DeBERTa, and the hub download of
+its names, on tiny random models.
+
+1. ours -> save_pretrained -> load_pretrained is lossless (tensors, config,
+   every output), v1 and v3; a v1 model is written as a v1 file (in_proj).
+2. transformers loads the folder we write, with no missing or unexpected
+   keys, the very tensors we wrote, and the same hidden states (1e-5).
+3. We load the folders transformers writes (Deberta(V2)ForMaskedLM,
+   safetensors and pytorch_model.bin, float32 and float16, both heads) and
+   compute what it computes.
+4. The parts released files have (absolute table, v3's RTD head, no
+   `deberta.` prefix) load, and what is skipped is reported.
+5. Missing, unexpected and mis-shaped tensors are one-line MiniBertErrors.
+6. microsoft/deberta-* names download from a local HTTP server (the one of
+   test_download.py): cached, resumed, checked.
+
+transformers is the test-only oracle; the tests that need it skip without it.
+"""
+
+import json
+
+import pytest
+import torch
+
+from minibert.checkpoints import huggingface_state_dict, load_pretrained, save_pretrained
+from minibert.checkpoints.safetensors import load_safetensors
+from minibert.deberta import DebertaConfig, DebertaModel, fuse_v1_in_proj
+from minibert.errors import MiniBertError
+from minibert.hub import HUB_MODELS, hub_model_names, mirror_url, resolve_model_dir
+from test_deberta import TINY, V1, V3, batch, randomize
+from test_download import cache, leftovers, server  # noqa: F401 (the shared fixtures)
+
+TOLERANCE = 1e-5
+
+SHAPES = {
+    "v1": V1,
+    "v3": V3,
+    "v2 conv, own relative projections": {**V3, "conv_kernel_size": 3, "conv_act": "gelu", "share_att_key": False},
+    "v1 position-biased, token types, p2c only": {**V1, "position_biased_input": True, "type_vocab_size": 2,
+                                                  "pos_att_type": "p2c"},
+}
+
+
+def tiny(shape="v3", with_pooler=False, with_mlm_head=True, seed=1):
+    return randomize(DebertaModel(DebertaConfig(**TINY, **SHAPES[shape]), with_pooler=with_pooler,
+                                  with_mlm_head=with_mlm_head), seed=seed)
+
+
+def outputs(model, inputs):
+    input_ids, attention_mask, token_type_ids = inputs
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    return [*out.hidden_states, out.mlm_logits, out.pooled_output]
+
+
+def assert_same_outputs(a, b, inputs):
+    for i, (x, y) in enumerate(zip(outputs(a, inputs), outputs(b, inputs), strict=True)):
+        assert (x is None) == (y is None), f"output {i}: present in one model only"
+        if x is not None:
+            assert torch.equal(x, y), f"output {i}: max abs diff {(x - y).abs().max().item():.2e}"
+
+
+def assert_close(ours, theirs, what):
+    assert ours.shape == theirs.shape, f"{what}: shapes {tuple(ours.shape)} vs {tuple(theirs.shape)}"
+    diff = (ours - theirs).abs().max().item()
+    assert diff <= TOLERANCE, f"{what}: max abs diff {diff:.2e} > {TOLERANCE}"
+
+
+def hf_classes(transformers, config):
+    """(base class, ForMaskedLM class, config class) of transformers for our config."""
+    if config.is_v1:
+        return transformers.DebertaModel, transformers.DebertaForMaskedLM, transformers.DebertaConfig
+    return transformers.DebertaV2Model, transformers.DebertaV2ForMaskedLM, transformers.DebertaV2Config
+
+
+def one_line_error(folder, *fragments):
+    with pytest.raises(MiniBertError) as caught:
+        load_pretrained(folder)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    return message
+
+
+def write_folder(folder, config_values, tensors, weights="model.safetensors"):
+    from minibert.checkpoints.safetensors import save_safetensors
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config_values), encoding="utf-8")
+    if weights == "model.safetensors":
+        save_safetensors(tensors, folder / weights, metadata={"format": "pt"})
+    else:
+        torch.save(tensors, folder / weights)
+    return folder
+
+
+# ---------------------------------------------------------------------------
+# 1. Our own round trip
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("heads", [dict(with_mlm_head=True), dict(with_mlm_head=False, with_pooler=True)],
+                         ids=["mlm-head", "pooler"])
+def test_save_then_load_is_lossless(shape, heads, tmp_path):
+    original = tiny(shape, **heads)
+    save_pretrained(original, tmp_path)
+    reloaded = load_pretrained(tmp_path)
+    assert type(reloaded) is DebertaModel and not reloaded.training
+    assert reloaded.config == original.config
+    assert reloaded.source_dir == tmp_path
+    assert reloaded.load_report.ok and not reloaded.load_report.skipped and not reloaded.load_report.notes
+    assert reloaded.uses_emd == original.uses_emd
+    ours, theirs = original.state_dict(), reloaded.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert_same_outputs(original, reloaded, batch(11))
+
+
+def test_a_v1_model_is_saved_as_a_v1_file(tmp_path):
+    original = tiny("v1")
+    save_pretrained(original, tmp_path)
+    saved = load_safetensors(tmp_path / "model.safetensors")
+    prefix = "deberta.encoder.layer.0.attention.self."
+    assert {k.removeprefix(prefix) for k in saved if k.startswith(prefix)} == {
+        "in_proj.weight", "q_bias", "v_bias", "pos_proj.weight", "pos_q_proj.weight", "pos_q_proj.bias"}
+    attention = original.encoder.layers[0].attention
+    assert torch.equal(saved[prefix + "in_proj.weight"],
+                       fuse_v1_in_proj(attention.query.weight, attention.key.weight, attention.value.weight, 4))
+    assert torch.equal(saved[prefix + "q_bias"], attention.query.bias)
+    assert torch.equal(saved[prefix + "pos_proj.weight"], attention.relative_key.weight)
+    # per head: rows [3D h, 3D h + D) of in_proj are head h's query
+    assert torch.equal(saved[prefix + "in_proj.weight"][24:32], attention.query.weight[8:16])
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "deberta" and config["architectures"] == ["DebertaForMaskedLM"]
+    assert "position_buckets" not in config and "share_att_key" not in config     # v2-only switches
+    assert config["legacy"] is False and config["dtype"] == config["torch_dtype"] == "float32"
+    assert "deberta.embeddings.position_embeddings.weight" in saved              # EMD's table
+
+
+def test_a_deberta_with_a_wordpiece_vocabulary_keeps_it_when_saved_again(tmp_path):
+    """A DeBERTa that minibert pretrained has BERT's vocab.txt, not a
+    released DeBERTa's tokenizer: save_pretrained writes it again."""
+    from tiny_models import write_vocab
+    save_pretrained(tiny("v3"), tmp_path / "a")
+    write_vocab(tmp_path / "a")
+    save_pretrained(load_pretrained(tmp_path / "a"), tmp_path / "b")
+    assert (tmp_path / "b" / "vocab.txt").read_text() == (tmp_path / "a" / "vocab.txt").read_text()
+
+
+# ---------------------------------------------------------------------------
+# 2. transformers loads what we write
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", ["v1", "v3", "v2 conv, own relative projections"])
+def test_transformers_loads_our_folder_and_computes_the_same(shape, transformers, tmp_path):
+    original = tiny(shape)
+    save_pretrained(original, tmp_path)
+    base_class, masked_lm_class, _ = hf_classes(transformers, original.config)
+    hf, info = masked_lm_class.from_pretrained(str(tmp_path), output_loading_info=True)
+    hf.eval()
+    assert type(hf) is masked_lm_class
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    assert not info["error_msgs"], info
+    theirs_named = hf.state_dict()
+    for name, tensor in huggingface_state_dict(original).items():
+        if name == "deberta.embeddings.position_embeddings.weight":
+            assert name not in theirs_named      # transformers has no EMD and ignores the table
+            continue
+        assert torch.equal(theirs_named[name], tensor), name
+
+    input_ids, attention_mask, token_type_ids = batch(24)
+    real = attention_mask.bool()
+    with torch.no_grad():
+        theirs = hf(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        mine = original(input_ids, attention_mask=attention_mask)
+        head_on_last_layer = original.mlm_head(mine.last_hidden_state, original.embeddings.word_embeddings.weight)
+    assert len(mine.hidden_states) == len(theirs.hidden_states) == original.config.num_hidden_layers + 1
+    for depth, (a, b) in enumerate(zip(mine.hidden_states, theirs.hidden_states)):
+        assert_close(a[real], b[real], f"hidden state {depth}")
+    assert_close(head_on_last_layer[real], theirs.logits[real], "MLM head on the last layer")
+
+    # The bare model class reads the same folder (the heads are the only keys it leaves out).
+    bare, info = base_class.from_pretrained(str(tmp_path), output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"], info
+    with torch.no_grad():
+        bare_states = bare.eval()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    assert_close(bare_states[real], mine.last_hidden_state[real], "bare model, last layer")
+
+
+# ---------------------------------------------------------------------------
+# 3. We load what transformers writes
+# ---------------------------------------------------------------------------
+
+def transformers_masked_lm(transformers, shape, legacy=False, seed=3):
+    config = DebertaConfig(**TINY, **SHAPES[shape])
+    _, masked_lm_class, config_class = hf_classes(transformers, config)
+    return config, randomize(masked_lm_class(config_class(**config.to_dict(), legacy=legacy)), seed=seed)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+@pytest.mark.parametrize("shape", ["v1", "v3"])
+def test_we_load_a_folder_transformers_saved(shape, weights, dtype, transformers, tmp_path):
+    config, hf = transformers_masked_lm(transformers, shape)
+    hf = hf.to(dtype)
+    if weights == "model.safetensors":
+        hf.save_pretrained(str(tmp_path))
+    else:
+        hf.config.to_json_file(str(tmp_path / "config.json"))
+        torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")
+    assert (tmp_path / weights).is_file()
+
+    ours = load_pretrained(tmp_path)
+    assert type(ours) is DebertaModel and ours.config.model_type == config.model_type
+    assert all(p.dtype == torch.float32 for p in ours.parameters())              # fp16 files are upcast
+    report = ours.load_report
+    assert report.source == str(tmp_path / weights) and report.ok
+    # transformers saves no absolute table: the head reads the last layer, and the report says so
+    assert not ours.uses_emd and ours.mlm_head is not None
+    assert len(report.notes) == 1 and "without the Enhanced Mask Decoder" in report.notes[0]
+
+    hf = hf.float().eval()                       # the same (fp16-rounded) weights, computed in fp32
+    input_ids, attention_mask, _ = batch(24)
+    real = attention_mask.bool()
+    with torch.no_grad():
+        theirs = hf(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        mine = ours(input_ids, attention_mask=attention_mask)
+    for depth, (a, b) in enumerate(zip(mine.hidden_states, theirs.hidden_states, strict=True)):
+        assert_close(a[real], b[real], f"hidden state {depth}")
+    assert_close(mine.mlm_logits[real], theirs.logits[real], "MLM logits")
+
+    # ... and writes it back as transformers wrote it (no table, the same tensors).
+    save_pretrained(ours, tmp_path / "again")
+    again = load_safetensors(tmp_path / "again" / "model.safetensors")
+    assert again.keys() == hf.state_dict().keys()
+    assert all(torch.equal(again[k], v) for k, v in hf.state_dict().items())
+
+
+@pytest.mark.parametrize("shape", ["v1", "v3"])
+def test_transformers_legacy_head_is_read_as_the_mlm_head(shape, transformers, tmp_path):
+    """DebertaForMaskedLM's default legacy=True head (cls.predictions.*)
+    computes what lm_predictions computes; its tied decoder is skipped."""
+    config, hf = transformers_masked_lm(transformers, shape, legacy=True)
+    hf.config.to_json_file(str(tmp_path / "config.json"))
+    torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")      # with the tied decoder's names
+    ours = load_pretrained(tmp_path)
+    skipped = dict(ours.load_report.skipped)
+    assert skipped["cls.predictions.decoder.weight"] == "tied to the word embeddings"
+    assert "lm_predictions.lm_head.dense.weight" in ours.load_report.loaded     # read under the current name
+    input_ids, attention_mask, _ = batch(11)
+    real = attention_mask.bool()
+    with torch.no_grad():
+        theirs = hf.eval()(input_ids=input_ids, attention_mask=attention_mask).logits
+        mine = ours(input_ids, attention_mask=attention_mask).mlm_logits
+    assert_close(mine[real], theirs[real], "MLM logits")
+
+
+# ---------------------------------------------------------------------------
+# 4. The layout of the released files
+# ---------------------------------------------------------------------------
+
+def released_layout(model):
+    """Our model's tensors as a microsoft/deberta-v3-* file holds them: plus
+    the RTD head mask_predictions.* (docs/deberta.md 4.4)."""
+    H = model.config.hidden_size
+    tensors = huggingface_state_dict(model)
+    tensors.update({"mask_predictions.dense.weight": torch.randn(H, H), "mask_predictions.dense.bias": torch.randn(H),
+                    "mask_predictions.LayerNorm.weight": torch.ones(H), "mask_predictions.LayerNorm.bias": torch.zeros(H),
+                    "mask_predictions.classifier.weight": torch.randn(1, H),
+                    "mask_predictions.classifier.bias": torch.randn(1)})
+    return tensors
+
+
+def config_values(model):
+    from minibert.checkpoints import huggingface_config
+    return huggingface_config(model)
+
+
+def test_a_released_v3_file_loads_with_emd_and_skips_the_rtd_head(tmp_path):
+    original = tiny("v3")
+    write_folder(tmp_path, config_values(original), released_layout(original), "pytorch_model.bin")
+    ours = load_pretrained(tmp_path)
+    assert ours.uses_emd and not ours.load_report.notes
+    skipped = dict(ours.load_report.skipped)
+    assert sorted(skipped) == ["mask_predictions.LayerNorm.bias", "mask_predictions.LayerNorm.weight",
+                               "mask_predictions.classifier.bias", "mask_predictions.classifier.weight",
+                               "mask_predictions.dense.bias", "mask_predictions.dense.weight"]
+    assert all("replaced-token-detection" in reason for reason in skipped.values())
+    assert_same_outputs(original, ours, batch(11))
+
+
+def test_without_the_mlm_head_the_absolute_table_is_skipped(tmp_path):
+    original = tiny("v1")
+    tensors = {k: v for k, v in huggingface_state_dict(original).items() if not k.startswith("lm_predictions.")}
+    write_folder(tmp_path, config_values(original), tensors)
+    ours = load_pretrained(tmp_path)
+    assert ours.mlm_head is None and ours.embeddings.position_embeddings is None
+    assert [name for name, _ in ours.load_report.skipped] == ["deberta.embeddings.position_embeddings.weight"]
+    assert "Enhanced Mask Decoder" in ours.load_report.skipped[0][1]
+    input_ids, attention_mask, _ = batch(11)
+    with torch.no_grad():
+        assert torch.equal(ours(input_ids, attention_mask).last_hidden_state,
+                           original(input_ids, attention_mask).last_hidden_state)
+
+
+def test_a_bare_model_file_without_the_prefix_and_with_buffers_loads(tmp_path):
+    original = tiny("v3", with_mlm_head=False)
+    tensors = {k.removeprefix("deberta."): v for k, v in huggingface_state_dict(original).items()}
+    tensors["embeddings.position_ids"] = torch.arange(64)[None]
+    write_folder(tmp_path, config_values(original), tensors, "pytorch_model.bin")
+    ours = load_pretrained(tmp_path)
+    assert ours.load_report.skipped == [("embeddings.position_ids", "buffer, not a weight")]
+    assert_same_outputs(original, ours, batch(11))
+
+
+# ---------------------------------------------------------------------------
+# 5. Bad files
+# ---------------------------------------------------------------------------
+
+def test_missing_tensor(tmp_path):
+    original = tiny("v1")
+    tensors = huggingface_state_dict(original)
+    del tensors["deberta.encoder.layer.2.attention.self.in_proj.weight"]
+    write_folder(tmp_path, config_values(original), tensors, "pytorch_model.bin")
+    one_line_error(tmp_path, str(tmp_path / "pytorch_model.bin"), "1 missing tensors",
+                   "deberta.encoder.layer.2.attention.self.in_proj.weight")
+
+
+def test_unexpected_tensor(tmp_path):
+    original = tiny("v3")
+    tensors = huggingface_state_dict(original)
+    tensors["classifier.weight"] = torch.zeros(3, 32)
+    write_folder(tmp_path, config_values(original), tensors)
+    one_line_error(tmp_path, str(tmp_path / "model.safetensors"), "1 unexpected tensors", "classifier.weight")
+
+
+def test_mis_shaped_tensors(tmp_path):
+    original = tiny("v1")
+    tensors = huggingface_state_dict(original)
+    tensors["deberta.encoder.rel_embeddings.weight"] = torch.zeros(100, 32)
+    tensors["deberta.encoder.layer.0.attention.self.in_proj.weight"] = torch.zeros(64, 32)
+    write_folder(tmp_path, config_values(original), tensors)
+    one_line_error(tmp_path, "2 shape mismatches",
+                   "deberta.encoder.rel_embeddings.weight: config says [128, 32], file has [100, 32]",
+                   "in_proj.weight: config says [96, 32], file has [64, 32]")
+
+
+def test_config_that_disagrees_is_refused_before_allocating(tmp_path):
+    import time
+    original = tiny("v3")
+    values = config_values(original)
+    write_folder(tmp_path, {**values, "vocab_size": 10**9}, huggingface_state_dict(original))
+    started = time.perf_counter()
+    one_line_error(tmp_path, "word_embeddings.weight: config says [1000000000, 32], file has [99, 32]")
+    assert time.perf_counter() - started < 5
+    (tmp_path / "config.json").write_text(json.dumps({**values, "num_hidden_layers": 10**6}))
+    one_line_error(tmp_path, "asks for 1000000 distinct layers", "file holds only")
+    (tmp_path / "config.json").write_text(json.dumps({**values, "position_buckets": 1}))
+    one_line_error(tmp_path, str(tmp_path / "config.json"), "'position_buckets'")
+    (tmp_path / "config.json").write_text(json.dumps({**values, "model_type": "gpt2"}))
+    one_line_error(tmp_path, "model_type is 'gpt2'", "'deberta' and 'deberta-v2'")
+
+
+# ---------------------------------------------------------------------------
+# 6. Downloading microsoft/deberta-* from the hub (a local server here)
+# ---------------------------------------------------------------------------
+
+V3_NAME = "microsoft/deberta-v3-xsmall"
+V1_NAME = "microsoft/deberta-base"
+
+
+def hub_path(name, file_name):
+    return f"/{name}/resolve/main/{file_name}"
+
+
+def serve_model(server, name, model, tokenizer_files):
+    """The files of a hub repository, as the server answers them."""
+    import io
+    buffer = io.BytesIO()
+    torch.save(huggingface_state_dict(model), buffer)
+    files = {"config.json": json.dumps(config_values(model)).encode(), "pytorch_model.bin": buffer.getvalue(),
+             **tokenizer_files}
+    for file_name, data in files.items():
+        server.files[hub_path(name, file_name)] = data
+    return files
+
+
+V3_TOKENIZER = {"spm.model": b"\x0a\x0bnot really a sentencepiece model" * 10,
+                "tokenizer_config.json": b'{"do_lower_case": false, "vocab_type": "spm"}'}
+
+
+def test_registry_and_urls():
+    assert hub_model_names() == [V1_NAME, "microsoft/deberta-v3-xsmall", "microsoft/deberta-v3-small",
+                                 "microsoft/deberta-v3-base"]
+    assert HUB_MODELS[V1_NAME].files == ("config.json", "pytorch_model.bin", "vocab.json", "merges.txt")
+    assert HUB_MODELS["microsoft/deberta-v3-base"].files == ("config.json", "pytorch_model.bin", "spm.model")
+    url = HUB_MODELS["microsoft/deberta-v3-base"].url("spm.model")
+    assert url == "https://huggingface.co/microsoft/deberta-v3-base/resolve/main/spm.model"
+    assert mirror_url(url, "http://mirror/x/") == "http://mirror/x/microsoft/deberta-v3-base/resolve/main/spm.model"
+
+
+def test_download_then_cache_hit_then_save_copies_the_tokenizer(server, cache, tmp_path):
+    original = tiny("v3")
+    files = serve_model(server, V3_NAME, original, V3_TOKENIZER)
+    model = load_pretrained(V3_NAME)
+    target = cache / "microsoft--deberta-v3-xsmall"
+    assert model.source_dir == target
+    assert sorted(p.name for p in target.iterdir()) == sorted(files)
+    assert all((target / name).read_bytes() == data for name, data in files.items())
+    assert sorted(path for path, _, _ in server.requests) == sorted(hub_path(V3_NAME, n) for n in files)
+    assert not list((cache / "downloads").iterdir())          # the download folder became the model folder
+    assert_same_outputs(original, model, batch(11))
+
+    assert resolve_model_dir(V3_NAME) == target                # cached: no more requests
+    assert len(server.requests) == len(files)
+
+    save_pretrained(model, tmp_path / "copy")
+    for name in V3_TOKENIZER:                                  # copied as they are
+        assert (tmp_path / "copy" / name).read_bytes() == V3_TOKENIZER[name]
+
+
+def test_v1_download_without_the_optional_tokenizer_config(server, cache):
+    original = tiny("v1")
+    serve_model(server, V1_NAME, original, {"vocab.json": b'{"[PAD]": 0}', "merges.txt": b"#version: 0.2\n"})
+    folder = resolve_model_dir(V1_NAME)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "merges.txt", "pytorch_model.bin",
+                                                        "vocab.json"]
+    assert (hub_path(V1_NAME, "tokenizer_config.json"), None, 404) in server.requests
+    assert_same_outputs(original, load_pretrained(V1_NAME), batch(11))
+
+
+def test_a_missing_required_file_is_a_one_line_error(server, cache):
+    serve_model(server, V1_NAME, tiny("v1"), {"vocab.json": b'{"[PAD]": 0}'})      # no merges.txt
+    with pytest.raises(MiniBertError) as info:
+        resolve_model_dir(V1_NAME)
+    message = str(info.value)
+    assert "\n" not in message
+    assert server.url + hub_path(V1_NAME, "merges.txt") in message and "404" in message
+    assert str(cache) in message and "by hand" in message and "https://huggingface.co/microsoft/deberta-base" in message
+    assert not (cache / "microsoft--deberta-base").exists()
+    # the files that did arrive wait for the next attempt
+    assert sorted(p.name for p in (cache / "downloads" / "microsoft--deberta-base").iterdir()) == [
+        "config.json", "pytorch_model.bin", "vocab.json"]
+
+
+def test_an_interrupted_download_resumes(server, cache):
+    original = tiny("v3")
+    files = serve_model(server, V3_NAME, original, V3_TOKENIZER)
+    server.mode = "hang-up"             # every answer stops after 3000 bytes: config.json is shorter
+    with pytest.raises(MiniBertError, match="resume"):
+        resolve_model_dir(V3_NAME)
+    part = cache / "downloads" / "microsoft--deberta-v3-xsmall" / "pytorch_model.bin.part"
+    assert part.stat().st_size == 3000
+    server.mode = "range"
+    model = load_pretrained(V3_NAME)
+    bin_requests = [(r, status) for path, r, status in server.requests if path.endswith("pytorch_model.bin")]
+    assert bin_requests == [(None, 200), ("bytes=3000-", 206)]
+    config_requests = [p for p, _, _ in server.requests if p == hub_path(V3_NAME, "config.json")]
+    assert len(config_requests) == 1                           # finished files are not asked for again
+    assert (model.source_dir / "pytorch_model.bin").read_bytes() == files["pytorch_model.bin"]
+    assert_same_outputs(original, model, batch(11))
+
+
+def test_a_damaged_checkpoint_is_deleted_and_downloaded_again(server, cache):
+    original = tiny("v3")
+    files = serve_model(server, V3_NAME, original, V3_TOKENIZER)
+    good = files["pytorch_model.bin"]
+    bad = bytearray(good)
+    word_embeddings = original.embeddings.word_embeddings.weight.detach().numpy().tobytes()
+    bad[good.index(word_embeddings[:64]) + 10] ^= 0x01         # inside a stored tensor: its CRC-32 fails
+    server.files[hub_path(V3_NAME, "pytorch_model.bin")] = bytes(bad)
+    with pytest.raises(MiniBertError) as info:
+        resolve_model_dir(V3_NAME)
+    assert "damaged" in str(info.value) and "deleted" in str(info.value) and "\n" not in str(info.value)
+    assert not (cache / "downloads" / "microsoft--deberta-v3-xsmall" / "pytorch_model.bin").exists()
+    assert not (cache / "microsoft--deberta-v3-xsmall").exists()
+
+    server.files[hub_path(V3_NAME, "pytorch_model.bin")] = good
+    model = load_pretrained(V3_NAME)
+    assert_same_outputs(original, model, batch(11))
+    assert [p for p, _, _ in server.requests].count(hub_path(V3_NAME, "config.json")) == 1
+
+
+def test_force_download_and_cache_errors_name_the_cached_folder(server, cache):
+    original = tiny("v3")
+    serve_model(server, V3_NAME, original, V3_TOKENIZER)
+    target = resolve_model_dir(V3_NAME)
+    (target / "config.json").write_text(json.dumps({**config_values(original), "hidden_size": 48}))
+    message = one_line_error(V3_NAME, "shape mismatches")
+    assert message.endswith(f"(the cached download of {V3_NAME} in {target} is bad; to download {V3_NAME} "
+                            f"again, pass force_download=True or delete {target})")
+    model = load_pretrained(V3_NAME, force_download=True)
+    assert_same_outputs(original, model, batch(11))
+    assert leftovers(cache)[:2] == ["downloads", "microsoft--deberta-v3-xsmall"]
