@@ -1,4 +1,4 @@
-r"""Pretrain a BERT or ALBERT with masked-LM from raw text files.
+r"""Pretrain a BERT, ALBERT or DeBERTa with masked-LM from raw text files.
 
     python train_mlm.py --corpus ../shared/data/corpus --heldout pg11_ pg84_ pg1661_ \
         --vocab-size 12000 --layers 6 --hidden 256 --heads 4 --intermediate 1024 \
@@ -7,6 +7,16 @@ r"""Pretrain a BERT or ALBERT with masked-LM from raw text files.
 Distributed over 2 processes (gloo on CPU, NCCL on GPUs):
 
     torchrun --nproc_per_node 2 train_mlm.py ... (same flags)
+
+--arch deberta (the same flags otherwise) pretrains a DeBERTa of the same
+size instead: the v2/v3 encoder (model_type deberta-v2: disentangled
+attention with c2p and p2c terms, --position-buckets log buckets, keys shared
+with the content projections, LayerNorm'd relative table, no absolute
+positions at the input, no token types) with MLM predicted through the
+Enhanced Mask Decoder (He et al. 2020, 3.2). MLM only: DeBERTa has no NSP or
+SOP, and this is v1/v2's objective, not DeBERTaV3's replaced-token detection.
+A BERT and a DeBERTa of one shape are one flag apart
+(bench/compare_deberta_bert.sh compares them).
 
 The result is a Hugging Face folder (config.json, model.safetensors,
 vocab.txt) that minibert.load_pretrained and transformers both read. It is
@@ -23,6 +33,8 @@ from minibert.errors import MiniBertError
 
 # A model built from the flags has BERT's 512 positions (--config can say otherwise).
 FLAG_MAX_POSITIONS = 512
+# DeBERTa v3-base's relative-position buckets (its config.json: position_buckets 256).
+DEBERTA_POSITION_BUCKETS = 256
 
 
 def parse_args(argv=None):
@@ -44,20 +56,31 @@ def parse_args(argv=None):
                            f"({FLAG_MAX_POSITIONS} unless --config says otherwise) (default 128)")
     data.add_argument("--pair-objective", choices=["auto", "none", "nsp", "sop"], default="none",
                       help="sentence-pair task: nsp (BERT's next sentence), sop (ALBERT's sentence order), "
-                           "auto (nsp for BERT, sop for ALBERT) or none (default)")
+                           "auto (nsp for BERT, sop for ALBERT, none for DeBERTa) or none (default); "
+                           "DeBERTa pretrains with MLM only")
     data.add_argument("--mask-prob", type=probability(), default=0.15,
                       help="fraction of tokens chosen for MLM, in (0, 1] (default 0.15)")
     data.add_argument("--whole-word-masking", action="store_true", help="choose whole words rather than word pieces")
     data.add_argument("--cache-dir", type=output_folder, help="where the tokenized corpus is cached (default OUTPUT/cache)")
     model = p.add_argument_group("model (flags, or --config)")
-    model.add_argument("--config", help="a config.json / bert_config.json / albert_config.json; overrides the flags below")
-    model.add_argument("--model-type", choices=["bert", "albert"], default="bert", help="default bert")
+    model.add_argument("--config", help="a config.json / bert_config.json / albert_config.json, or a DeBERTa "
+                       "config.json (model_type deberta or deberta-v2); overrides the flags below")
+    model.add_argument("--arch", choices=["bert", "deberta"], default="bert",
+                       help="bert (BERT or ALBERT, see --model-type) or deberta: DeBERTa v2/v3's encoder "
+                            "(disentangled attention, relative positions only) with MLM through the Enhanced Mask "
+                            "Decoder, no NSP/SOP (default bert)")
+    model.add_argument("--model-type", choices=["bert", "albert"], default="bert", help="with --arch bert: "
+                       "bert or albert (default bert)")
     model.add_argument("--layers", type=positive_int, default=4, help="num_hidden_layers (default 4)")
     model.add_argument("--hidden", type=positive_int, default=256, help="hidden_size (default 256)")
     model.add_argument("--heads", type=positive_int, default=4, help="num_attention_heads (default 4)")
     model.add_argument("--intermediate", type=positive_int, default=1024, help="intermediate_size (default 1024)")
     model.add_argument("--embedding-size", type=positive_int, help="ALBERT's embedding_size E (default 128 for ALBERT)")
     model.add_argument("--groups", type=positive_int, default=1, help="ALBERT's num_hidden_groups (default 1)")
+    model.add_argument("--position-buckets", type=int_at_least(2), default=DEBERTA_POSITION_BUCKETS,
+                       help=f"DeBERTa's relative-position buckets: distances up to half of it keep their own "
+                            f"embedding, longer ones share log-spaced buckets "
+                            f"(default {DEBERTA_POSITION_BUCKETS}, as DeBERTa v3)")
     model.add_argument("--dropout", type=probability(include_zero=True, include_one=False), default=0.1,
                        help="hidden and attention dropout, in [0, 1) (default 0.1)")
     train = p.add_argument_group("training")
@@ -103,6 +126,20 @@ def parse_args(argv=None):
         p.error(f"argument --max-seq-len: {args.max_seq_len} is longer than max_position_embeddings "
                 f"({FLAG_MAX_POSITIONS}) of a model built from the flags; expected at most {FLAG_MAX_POSITIONS} "
                 f"(or a --config with more positions)")
+    if args.arch == "deberta":
+        if args.model_type != "bert":
+            p.error(f"argument --model-type: {args.model_type} is a BERT variant; --arch deberta takes no --model-type")
+        if args.pair_objective in ("nsp", "sop"):
+            p.error(f"argument --pair-objective: DeBERTa pretrains with MLM only; expected none or auto with "
+                    f"--arch deberta, got {args.pair_objective}")
+        if args.embedding_size is not None and args.embedding_size != args.hidden:
+            p.error(f"argument --embedding-size: {args.embedding_size} != --hidden {args.hidden}; DeBERTa's "
+                    f"Enhanced Mask Decoder adds the embedding-wide positions to hidden states, so they must match")
+        if args.groups != 1:
+            p.error("argument --groups: ALBERT's layer groups; --arch deberta has one layer per depth")
+        if args.position_buckets // 2 >= FLAG_MAX_POSITIONS - 1:
+            p.error(f"argument --position-buckets: {args.position_buckets} buckets squeeze nothing for distances "
+                    f"up to {FLAG_MAX_POSITIONS}; expected at most {2 * (FLAG_MAX_POSITIONS - 1) - 1}")
     return args
 
 
@@ -121,7 +158,21 @@ def choose_tokenizer(args, corpus, resume):
     return train_wordpiece(corpus, args.vocab_size, do_lower_case=lower)
 
 
-def config_from_flags(args, vocab_size):
+def choose_pair_objective(args, config):
+    """--pair-objective, with auto resolved: nsp for BERT, sop for ALBERT,
+    none for DeBERTa (MLM only). `config` is --config's, or None."""
+    from minibert.pretraining import is_deberta
+    if args.pair_objective != "auto":
+        return args.pair_objective
+    if args.arch == "deberta" or is_deberta(config):
+        return "none"
+    model_type = config.model_type if config is not None else args.model_type
+    return "sop" if model_type == "albert" else "nsp"
+
+
+def config_from_flags(args, vocab_size, pad_token_id=0):
+    if args.arch == "deberta":
+        return deberta_config_from_flags(args, vocab_size, pad_token_id)
     from minibert.model import ALBERT_DEFAULTS, BertConfig
     albert = args.model_type == "albert"
     config = BertConfig(vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
@@ -136,12 +187,27 @@ def config_from_flags(args, vocab_size):
     return config
 
 
+def deberta_config_from_flags(args, vocab_size, pad_token_id):
+    """DeBERTa v3-base's switches (its config.json, docs/deberta.md 4.2) at the
+    size the flags give: relative positions only, c2p and p2c, log buckets over
+    distances up to 512, keys shared with the content projections, the
+    relative table LayerNorm'd. type_vocab_size 0: MLM-only batches carry
+    no second segment, and v3 has no token-type embeddings either."""
+    from minibert.deberta import DebertaConfig
+    return DebertaConfig(vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
+                         num_attention_heads=args.heads, intermediate_size=args.intermediate, hidden_act="gelu",
+                         hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
+                         max_position_embeddings=FLAG_MAX_POSITIONS, type_vocab_size=0, pad_token_id=pad_token_id,
+                         model_type="deberta-v2", relative_attention=True, max_relative_positions=-1,
+                         position_biased_input=False, pos_att_type="c2p|p2c",
+                         position_buckets=args.position_buckets, share_att_key=True, norm_rel_ebd="layer_norm")
+
+
 def main(argv=None):
     args = parse_args(argv)
-    from minibert.checkpoints import read_config
     from minibert.fileio import write_json
-    from minibert.pretraining import (can_resume, check_max_seq_len, check_output_folder, pretrain, split_heldout,
-                                      text_files)
+    from minibert.pretraining import (can_resume, check_max_seq_len, check_output_folder, check_pair_objective,
+                                      is_deberta, pretrain, read_model_config, split_heldout, text_files)
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.
     files = text_files(args.corpus, "--corpus")
@@ -150,17 +216,19 @@ def main(argv=None):
     if not corpus:
         raise MiniBertError("--heldout holds out every corpus file: nothing left to train on")
     check_output_folder(args.output, resume=args.resume, force=args.force)
-    config = read_config(args.config) if args.config else None     # reads each of the three config files
+    config = read_model_config(args.config) if args.config else None     # BERT's three config files, or DeBERTa's
     if config is not None:
         check_max_seq_len(args.max_seq_len, config)
+        if args.arch == "deberta" and not is_deberta(config):
+            raise MiniBertError(f"--arch deberta: --config {args.config} is a {config.model_type} config")
+    pair = choose_pair_objective(args, config)
+    if config is not None:
+        check_pair_objective(config, pair)
     resume = args.resume and can_resume(args.output)
 
     tokenizer = choose_tokenizer(args, corpus, resume)
     if config is None:
-        config = config_from_flags(args, tokenizer.vocab_size)
-    pair = args.pair_objective
-    if pair == "auto":
-        pair = "sop" if config.model_type == "albert" else "nsp"
+        config = config_from_flags(args, tokenizer.vocab_size, tokenizer.pad_id)
 
     summary = pretrain(corpus, args.output, config, tokenizer, heldout=heldout, max_seq_len=args.max_seq_len,
                        batch_size=args.batch_size, grad_accum_steps=args.grad_accum, steps=args.steps,

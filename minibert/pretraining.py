@@ -7,6 +7,16 @@ head runs on the chosen positions only (`mlm_positions`): for a small model
 the V-wide vocabulary projection is most of the compute, and 85% of it would
 be thrown away.
 
+One loop pretrains three architectures, told apart by the config's type:
+  * BERT and ALBERT (BertConfig -> BertModel): MLM, optionally with NSP or SOP.
+  * DeBERTa (DebertaConfig -> DebertaModel, minibert/deberta.py): MLM only,
+    predicted through the Enhanced Mask Decoder ([DeBERTa] 3.2; docs/deberta.md
+    2): the model's `mlm_logits` already run the last layer twice more with
+    the absolute positions added, so the objective is the same code as BERT's.
+    The official pre-training code (mlm_task.py, docs/deberta.md 2) has no
+    sentence-pair task, so neither has this one; DeBERTaV3's own objective,
+    ELECTRA's replaced-token detection, is not this one either.
+
 The output folder: while a run goes on it holds checkpoint.pt (with the
 vocabulary inside, so --resume needs nothing else) and the token cache; the
 model and its tokenizer files (config.json, model.safetensors, vocab.txt,
@@ -24,10 +34,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from minibert.checkpoints import save_pretrained
+from minibert.checkpoints import read_config, save_pretrained
+from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.devices import move_to_device
 from minibert.errors import MiniBertError
-from minibert.fileio import fsync_folder, temporary_name
+from minibert.fileio import fsync_folder, read_json_object, temporary_name
 from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
                                       is_token_cache, pack_blocks, tokenizer_fingerprint, vocabulary)
@@ -233,6 +244,39 @@ def save_model_folder(model, tokenizer, output):
 # ----------------------------------------------------------------------------
 
 
+DEBERTA_TYPES = ("deberta", "deberta-v2")
+
+
+def read_model_config(config_file):
+    """A BertConfig (bert, albert) or a DebertaConfig (deberta, deberta-v2)
+    from a config file, told apart by its model_type."""
+    values = read_json_object(config_file)
+    if values.get("model_type") in DEBERTA_TYPES:
+        return DebertaConfig.from_dict(values, source=str(config_file))
+    return read_config(config_file)
+
+
+def is_deberta(model_config):
+    return isinstance(model_config, DebertaConfig)
+
+
+def check_pair_objective(model_config, pair_objective):
+    if is_deberta(model_config) and pair_objective != "none":
+        raise MiniBertError(f"--pair-objective {pair_objective}: DeBERTa pretrains with MLM only (no NSP or "
+                            f"SOP); use --pair-objective none")
+
+
+def build_model(model_config, pair_objective):
+    """A freshly initialised model for pretraining: BERT/ALBERT with the MLM
+    head (plus the pooler and the pair head for NSP/SOP), or DeBERTa with the
+    MLM head it reads through the Enhanced Mask Decoder."""
+    check_pair_objective(model_config, pair_objective)
+    if is_deberta(model_config):
+        return DebertaModel(model_config, with_pooler=False, with_mlm_head=True)
+    with_pair = pair_objective != "none"
+    return BertModel(model_config, with_pooler=with_pair, with_mlm_head=True, with_pair_head=with_pair)
+
+
 def check_max_seq_len(max_seq_len, model_config):
     if max_seq_len < MIN_SEQ_LEN:
         raise MiniBertError(f"--max-seq-len {max_seq_len}: too short to hold [CLS], a token and [SEP] (with room "
@@ -247,8 +291,11 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
              max_grad_norm=1.0, seed=0, pair_objective="none", mask_prob=0.15, whole_word=False,
              eval_every=1000, eval_batches=20, checkpoint_every=1000, max_minutes=None, resume=False,
              device="auto", num_workers=0, cache_dir=None, progress=True):
-    """Pretrain a BertModel from scratch with MLM (+ NSP/SOP) and save it in
-    Hugging Face layout in `output`. Returns the training summary.
+    """Pretrain a model from scratch and save it in Hugging Face layout in
+    `output`. Returns the training summary. `model_config` says which: a
+    BertConfig pretrains BERT or ALBERT with MLM (+ NSP/SOP), a DebertaConfig
+    a DeBERTa with MLM through the Enhanced Mask Decoder (pair_objective
+    must be "none").
 
     resume=True continues from output/checkpoint.pt, or starts from step 0
     (saying so) where there is none yet."""
@@ -258,6 +305,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
         raise MiniBertError(f"model config vocab_size {model_config.vocab_size} != the vocabulary's "
                             f"{tokenizer.vocab_size} tokens")
     check_max_seq_len(max_seq_len, model_config)
+    check_pair_objective(model_config, pair_objective)
     make_folder(output)
     if context.is_main:
         remove_stale_temporary_files(output / "model")      # a kill during save_model_folder
@@ -276,9 +324,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     if context.distributed and context.is_main:
         torch.distributed.barrier()
 
-    with_pair = pair_objective != "none"
     torch.manual_seed(seed)
-    model = BertModel(model_config, with_pooler=with_pair, with_mlm_head=True, with_pair_head=with_pair)
+    model = build_model(model_config, pair_objective)
     run_config = {"model_config": model_config.to_dict(), "total_steps": steps, "batch_size": batch_size,
                   "seed": seed, "grad_accum_steps": grad_accum_steps, "max_seq_len": max_seq_len,
                   "pair_objective": pair_objective, "mask_prob": mask_prob, "whole_word": whole_word,
