@@ -1,4 +1,4 @@
-"""minibert: a from-scratch, readable PyTorch BERT and ALBERT.
+"""minibert: a from-scratch, readable PyTorch BERT, ALBERT and DeBERTa.
 
     import minibert
     model = minibert.load_pretrained()        # the bundled model; or a folder, or "bert-base-uncased"
@@ -8,8 +8,10 @@
 
 The public API, importable from `minibert` itself:
 
-    load_pretrained(name_or_path=None)   a BertModel from Google's TF checkpoints, Hugging
-                                         Face folders (safetensors or .bin), or a known name
+    load_pretrained(name_or_path=None)   a BertModel (BERT, ALBERT) from Google's TF checkpoints,
+                                         Hugging Face folders (safetensors or .bin), or a known
+                                         name; a DebertaModel (minibert/deberta.py) from a
+                                         DeBERTa folder or a microsoft/deberta-* name
     save_pretrained(model, directory)    Hugging Face layout that `transformers` loads
     load_tokenizer(name_or_path=None)    WordPiece or SentencePiece, as the folder says
     BertConfig, BertModel                the model itself (minibert/model.py)

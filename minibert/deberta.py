@@ -64,7 +64,7 @@ Parameter layout, and v1's fused projection
 
 Shapes in comments: B batch, T sequence length, H hidden size, E embedding
 size, A heads, D head size, V vocab, S attention span (the relative table has
-2S rows).
+2S rows), R the rows of it that a forward reads (R <= 2S).
 """
 
 import math
@@ -446,37 +446,73 @@ class DisentangledSelfAttention(nn.Module):
             return self.key, self.query
         return self.relative_key, self.relative_query
 
+    def projected_table(self, P, scale=1.0):
+        """(K_r, Q_r), each (1, A, R, D) or None for a term not used: the rows
+        of P (R, H) through W_k,r and W_q,r, split into heads and times `scale`.
+        Dropout on P first, in every layer (HF: pos_dropout)."""
+        P = F.dropout(P, p=self.table_dropout_prob, training=self.training)[None]   # (1, R, H)
+        key_r, query_r = self.relative_projections()
+        K_r = split_heads(key_r(P), self.num_heads) * scale if "c2p" in self.terms else None
+        Q_r = split_heads(query_r(P), self.num_heads) * scale if "p2c" in self.terms else None
+        return K_r, Q_r
+
     def relative_scores(self, q, k, P, delta):
-        """The c2p and p2c terms, unscaled: (B, A, T, T), or 0 without relative attention."""
+        """The c2p and p2c terms, unscaled, as the formula reads: (B, A, T, T),
+        or 0 without relative attention. The written-out path's version."""
         if not self.terms:
             return 0.0
         B, A, T, _ = q.shape
-        P = F.dropout(P, p=self.table_dropout_prob, training=self.training)[None]   # (1, 2S, H)
         index = delta.expand(B, A, T, T)
-        key_r, query_r = self.relative_projections()
+        K_r, Q_r = self.projected_table(P)
         scores = 0.0
-        if "c2p" in self.terms:
-            K_r = split_heads(key_r(P), A)                       # (1, A, 2S, D)
-            c2p = q @ K_r.transpose(-1, -2)                      # (B, A, T, 2S): Q_i . K_r[row], every row
+        if K_r is not None:
+            c2p = q @ K_r.transpose(-1, -2)                      # (B, A, T, R): Q_i . K_r[row], every row
             scores = scores + c2p.gather(-1, index)              # pick row delta(i, j) for each key j
-        if "p2c" in self.terms:
-            Q_r = split_heads(query_r(P), A)                     # (1, A, 2S, D)
-            p2c = Q_r @ k.transpose(-1, -2)                      # (B, A, 2S, T): Q_r[row] . K_j, every row
+        if Q_r is not None:
+            p2c = Q_r @ k.transpose(-1, -2)                      # (B, A, R, T): Q_r[row] . K_j, every row
             scores = scores + p2c.gather(-2, index)              # out[i, j] = p2c[delta(i, j), j]
-            # (HF gathers K Q_r^T with the mirrored index -r and transposes: the same numbers.)
         return scores
+
+    def attention_bias(self, q, k, P, delta, mask):
+        """The fused path's additive bias: scale * (c2p + p2c) where mask
+        allows, the most negative float where it does not; (B, A, T, T), or
+        (B, 1, T, T) without relative attention.
+
+        The same numbers as relative_scores, computed the way transformers
+        does it (docs/deberta.md 1.5): both terms are gathered along the
+        *last* dimension, over contiguous rows (gathering along dim -2, as the
+        formula reads for p2c, strides through memory and is three times
+        slower on a CPU). For p2c that means scoring every key against every row,
+        K_j . Q_r[row], picking row delta(i, j) for key j with the transposed
+        index, and transposing back. The scale goes on K_r and Q_r, (R, D)
+        per head, instead of on the (T, T) scores (only rounding changes,
+        docs/deberta.md 1.4)."""
+        if not self.terms:
+            return torch.where(mask, q.new_zeros(()), torch.finfo(q.dtype).min)
+        B, A, T, _ = q.shape
+        K_r, Q_r = self.projected_table(P, self.scale)
+        terms = []
+        if K_r is not None:
+            c2p = q @ K_r.transpose(-1, -2)                                  # (B, A, T, R)
+            terms.append(c2p.gather(-1, delta.expand(B, A, T, T)))           # [i, j] = c2p[i, delta(i, j)]
+        if Q_r is not None:
+            p2c = k @ Q_r.transpose(-1, -2)                                  # (B, A, T, R): K_j . Q_r[row]
+            by_key = delta.transpose(0, 1).contiguous().expand(B, A, T, T)   # [j, i] = delta(i, j)
+            terms.append(p2c.gather(-1, by_key).transpose(-1, -2))          # [i, j] = p2c[j, delta(i, j)]
+        scores = terms[0] if len(terms) == 1 else terms[0] + terms[1]       # (B, A, T, T)
+        return torch.where(mask, scores, torch.finfo(q.dtype).min)
 
     def forward(self, query_states, hidden_states, mask, P=None, delta=None):
         """query_states (B, T, H): the query stream; hidden_states (B, T, H):
-        keys and values; mask (B, 1, T, T) from pairwise_mask; P (2S, H) and
+        keys and values; mask (B, 1, T, T) from pairwise_mask; P (R, H) and
         delta (T, T) from the encoder (None without relative attention)."""
         A = self.num_heads
         q = split_heads(self.query(query_states), A)             # (B, A, T, D)
         k = split_heads(self.key(hidden_states), A)
         v = split_heads(self.value(hidden_states), A)
-        relative = self.relative_scores(q, k, P, delta)         # (B, A, T, T) or 0
         dropout_p = self.dropout_prob if self.training else 0.0
         if self.written_out:
+            relative = self.relative_scores(q, k, P, delta)     # (B, A, T, T) or 0
             context = disentangled_attention(q, k, v, relative, mask, self.scale, dropout_p)
         else:
             # PyTorch's fused kernel, with the relative terms and the padding
@@ -484,8 +520,7 @@ class DisentangledSelfAttention(nn.Module):
             # disentangled_attention writes out (tests check it) except on
             # padded query rows, which it spreads uniformly: they are set to
             # 0 afterwards, as XSoftmax gives.
-            bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device) + relative * self.scale
-            bias = bias.masked_fill(~mask, torch.finfo(q.dtype).min)   # (B, A or 1, T, T)
+            bias = self.attention_bias(q, k, P, delta, mask)
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=self.scale)
             context = context * mask.any(dim=-1, keepdim=True)   # padded query rows -> 0
         return self.output_projection(merge_heads(context))      # (B, T, H)
@@ -603,14 +638,23 @@ class DebertaEncoder(nn.Module):
         self.conv = ConvLayer(config) if config.conv_kernel_size > 0 else None
 
     def relative_inputs(self, T, device):
-        """(P, delta): the relative table (2S, H), LayerNorm'd in v2/v3, and the
-        (T, T) row index; (None, None) without relative attention."""
+        """(P, delta): the rows of the relative table that T tokens read (R, H),
+        LayerNorm'd in v2/v3, and the (T, T) index into them; (None, None)
+        without relative attention.
+
+        delta grows with i - j, so the rows read are delta(0, T-1) ..
+        delta(T-1, 0). A sequence shorter than the attention span reads only
+        a slice of the 2S rows (255 of deberta-v3's 512 at T = 128); keeping
+        just that slice saves each layer projecting and scoring the rest
+        (Hugging Face's v1 slices the same way)."""
         if self.relative_embeddings is None:
             return None, None
-        P = self.relative_embeddings.weight
+        delta = relative_index(T, self.config, device)
+        first, last = int(delta.min()), int(delta.max())
+        P = self.relative_embeddings.weight[first:last + 1]    # (R, H), R <= 2S
         if self.relative_layer_norm is not None:
             P = self.relative_layer_norm(P)                  # once per forward, shared by all layers
-        return P, relative_index(T, self.config, device)
+        return P, delta - first
 
     def forward(self, x, attention_mask, keep_all=True):
         """x (B, T, H) the embedding output, attention_mask (B, T). Returns
@@ -737,6 +781,18 @@ class DebertaModel(nn.Module):
         if self.mlm_head is not None:
             output.mlm_logits = self.mlm_logits(states, attention_mask, mlm_positions)
         return output
+
+    def drop_mlm_head(self):
+        """Remove the MLM head and what only it reads: the Enhanced Mask
+        Decoder's absolute position table (a position-biased model keeps its
+        table, which the input reads). Fine-tuning does this
+        (finetuning.TaskModel): torch.distributed refuses parameters that get
+        no gradient, and the model saved afterwards has neither, like
+        transformers' DebertaV2Model."""
+        self.mlm_head = None
+        if self.uses_emd:
+            self.embeddings.position_embeddings = None
+            self.uses_emd = False
 
     def mlm_logits(self, states, attention_mask, mlm_positions=None):
         """The pre-training MLM logits from the encoder's states (at least its

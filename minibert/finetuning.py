@@ -51,6 +51,7 @@ from tqdm import tqdm
 
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
+from minibert.deberta import DebertaModel, DebertaPooler
 from minibert.devices import move_to_device
 from minibert.errors import MiniBertError
 from minibert.fileio import read_json_object, write_json
@@ -70,12 +71,15 @@ HEAD_FILE = "head.safetensors"
 
 class TaskModel(nn.Module):
     """The pretrained encoder and one task head. The encoder's pretraining
-    heads (MLM, NSP/SOP) are dropped, and so is the pooler for token-level
-    tasks: fine-tuning does not use them (and torch.distributed refuses
-    parameters that get no gradient)."""
+    heads (MLM, NSP/SOP; for DeBERTa also the Enhanced Mask Decoder's
+    absolute position table) are dropped, and so is the pooler for
+    token-level tasks: fine-tuning does not use them (and torch.distributed
+    refuses parameters that get no gradient)."""
 
     def __init__(self, encoder, head, uses_pooler=True):
         super().__init__()
+        if isinstance(encoder, DebertaModel):
+            encoder.drop_mlm_head()     # and the absolute position table only its Enhanced Mask Decoder reads
         encoder.mlm_head = None
         encoder.pair_head = None
         if not uses_pooler:
@@ -110,11 +114,15 @@ class OutputLayer(nn.Module):
 
 def add_pooler_if_missing(encoder):
     """Sentence-level heads read the pooled output. A checkpoint saved without
-    a pooler (Hugging Face's BertForMaskedLM files, the bundled model) gets a
-    freshly initialised one, as transformers does; the load report says so."""
+    a pooler (Hugging Face's BertForMaskedLM files, the bundled model, every
+    released DeBERTa) gets a freshly initialised one, as transformers does;
+    the load report says so. The pooler is the model's own kind: BERT's tanh
+    Pooler, or DeBERTa's DebertaPooler (GELU, transformers' ContextPooler),
+    the one a saved DeBERTa folder is loaded back with."""
     if encoder.pooler is not None:
         return
-    encoder.pooler = Pooler(encoder.config)
+    pooler_class = DebertaPooler if isinstance(encoder, DebertaModel) else Pooler
+    encoder.pooler = pooler_class(encoder.config)
     encoder.pooler.apply(encoder.init_weights)
     report = getattr(encoder, "load_report", None)
     if report is not None:

@@ -227,9 +227,10 @@ KNOWN_NAMES_SHORT = (f"{BUNDLED_MODEL_NAME}, bert-base-uncased, bert-base-cased,
 
 
 def known_model_names():
-    """The names of Google's release archives that resolve_model_dir
-    accepts, the bundled model first (the Hugging Face ones: hub_model_names)."""
-    return [BUNDLED_MODEL_NAME, *KNOWN_MODELS]
+    """Every name that resolve_model_dir accepts: the bundled model, Google's
+    release archives, then the Hugging Face hub's DeBERTa repositories
+    (those alone: hub_model_names)."""
+    return [BUNDLED_MODEL_NAME, *KNOWN_MODELS, *HUB_MODELS]
 
 
 def hub_model_names():

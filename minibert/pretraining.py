@@ -38,7 +38,7 @@ from minibert.checkpoints import read_config, save_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.devices import move_to_device
 from minibert.errors import MiniBertError
-from minibert.fileio import fsync_folder, read_json_object, temporary_name
+from minibert.fileio import fsync_folder, temporary_name
 from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
                                       is_token_cache, pack_blocks, tokenizer_fingerprint, vocabulary)
@@ -244,16 +244,11 @@ def save_model_folder(model, tokenizer, output):
 # ----------------------------------------------------------------------------
 
 
-DEBERTA_TYPES = ("deberta", "deberta-v2")
-
-
 def read_model_config(config_file):
     """A BertConfig (bert, albert) or a DebertaConfig (deberta, deberta-v2)
-    from a config file, told apart by its model_type."""
-    values = read_json_object(config_file)
-    if values.get("model_type") in DEBERTA_TYPES:
-        return DebertaConfig.from_dict(values, source=str(config_file))
-    return read_config(config_file)
+    from a config file, told apart by its model_type: the loader's own
+    reader (minibert.checkpoints.read_config), which knows every kind."""
+    return read_config(config_file, with_deberta=True)
 
 
 def is_deberta(model_config):

@@ -9,7 +9,7 @@ SiFT perturbs the *normalised* embeddings instead, so one perturbation size
 fits every model.
 
 The paper gives the idea; the details below are the official code's
-(docs: /work/shared/docs/deberta.md section 5, read from microsoft/DeBERTa's
+(docs/deberta.md section 5, read from microsoft/DeBERTa's
 DeBERTa/sift/sift.py and apps/run.py), per training batch:
 
   0. clean forward: task loss l and logits z. A forward pre-hook on the

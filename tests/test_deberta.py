@@ -454,3 +454,23 @@ def test_from_dict_names_the_file_and_refuses_what_it_cannot_compute():
         DebertaConfig.from_dict({"model_type": "deberta", "talking_head": True})
     with pytest.raises(MiniBertError, match="Enhanced Mask Decoder"):
         DebertaModel(DebertaConfig(**TINY, **V1, embedding_size=16))
+
+
+@pytest.mark.parametrize("shape", ["deberta-v3-small/base", "v2, own relative projections"])
+def test_written_out_path_and_fused_kernel_give_the_same_gradients(shape):
+    """The fused path gathers c2p and p2c another way (along the last
+    dimension, p2c transposed) and scales K_r, Q_r instead of the scores:
+    the gradients it sends into every parameter are the written-out path's."""
+    config = DebertaConfig(**TINY, **SHAPES[shape])
+    input_ids, attention_mask, _ = batch(11)
+    gradients = []
+    for written_out in (False, True):
+        model = randomize(DebertaModel(config)).train()       # dropout 0 in TINY: the same function
+        if written_out:
+            model.use_written_out()
+        model(input_ids, attention_mask=attention_mask).mlm_logits.square().mean().backward()
+        gradients.append({name: p.grad for name, p in model.named_parameters()})
+    fused, written = gradients
+    assert fused.keys() == written.keys()
+    for name in fused:
+        assert_close(fused[name], written[name], f"gradient of {name}")

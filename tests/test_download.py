@@ -360,7 +360,9 @@ def test_cached_folder_without_config(server, cache):
 def test_registry_urls():
     names = known_model_names()
     assert names[0] == BUNDLED_MODEL_NAME
-    assert len(names) == 1 + 3 + 24 + 4
+    assert len(names) == 1 + 3 + 24 + 4 + 4          # bundled, BERT, small BERTs, ALBERT, DeBERTa
+    assert names[-4:] == ["microsoft/deberta-base", "microsoft/deberta-v3-xsmall", "microsoft/deberta-v3-small",
+                          "microsoft/deberta-v3-base"]
     assert len(set(names)) == len(names)
     google = "https://storage.googleapis.com"
     expected = {
