@@ -330,9 +330,10 @@ def score(folders, eval_path, args):
     return task.metrics(examples, predictions)[task.main_metric]
 
 
-def run_one(args, task, source, train_examples, eval_path, eval_name, folder):
-    """Fine-tune `source` into `folder` (or reuse a finished run) and score it.
-    Returns (metrics record, reused)."""
+def run_one(args, task, source, train_examples, eval_path, eval_name, folder, sift=None):
+    """Fine-tune `source` into `folder` (or reuse a finished run) and score it;
+    `sift` (a SiftConfig) adds SiFT (bench/sift_study.py). Returns (metrics
+    record, reused)."""
     from minibert import finetuning
     from minibert.fileio import read_json_object, write_json
 
@@ -347,13 +348,15 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder):
                 task, str(source), train_examples, None, folder, epochs=args.epochs, learning_rate=args.lr,
                 batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, max_seq_len=args.max_seq_len,
                 warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed, device=args.device,
-                resume=resume, progress=args.progress, settings={"evaluated_on": eval_name})
+                resume=resume, progress=args.progress, settings={"evaluated_on": eval_name}, sift=sift)
         seconds = summary["seconds"]
     started = time.time()
     value = score([folder], eval_path, args)
     record = {"task": task.name, "evaluated_on": eval_name, task.main_metric: value, "seed": args.seed,
               "source": str(source), "train_examples": len(train_examples), "train_seconds": seconds,
               "eval_seconds": time.time() - started}
+    if sift is not None:
+        record["sift"] = sift.to_dict()
     write_json(folder / METRICS_FILE, record)
     (folder / "checkpoint.pt").unlink(missing_ok=True)   # only needed to resume training
     return record, False

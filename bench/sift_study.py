@@ -61,11 +61,11 @@ example:
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.duplication_study import (METRICS_FILE, TASK_FILE, check_or_record_settings, compare,  # noqa: E402
-                                     default_model, messages_to, read_data, score, summarize)
+from bench import duplication_study  # noqa: E402
+from bench.duplication_study import (check_or_record_settings, compare, default_model, read_data,  # noqa: E402
+                                     summarize)
 from minibert import cli  # noqa: E402
 from minibert.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
 
@@ -194,33 +194,8 @@ def study_settings(args, model, config):
 def run_one(args, task, model, sift, train_examples, eval_path, eval_name, folder):
     """Fine-tune `model` into `folder` with `sift` (a SiftConfig, or None for
     the plain variant), or reuse a finished run, and score it. Returns
-    (metrics record, reused). duplication_study.run_one, with the `sift`
-    argument its fine_tune call does not pass."""
-    from minibert import finetuning
-    from minibert.fileio import read_json_object, write_json
-
-    if (folder / TASK_FILE).is_file() and (folder / METRICS_FILE).is_file():
-        return read_json_object(folder / METRICS_FILE), True
-    seconds = None
-    if not (folder / TASK_FILE).is_file():                # not trained yet, or killed before the end
-        folder.mkdir(parents=True, exist_ok=True)
-        resume = (folder / "checkpoint.pt").is_file()
-        with messages_to(folder / "log.txt", quiet=not args.progress):
-            summary = finetuning.fine_tune(
-                task, str(model), train_examples, None, folder, epochs=args.epochs, learning_rate=args.lr,
-                batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, max_seq_len=args.max_seq_len,
-                warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed, device=args.device,
-                resume=resume, progress=args.progress, settings={"evaluated_on": eval_name}, sift=sift)
-        seconds = summary["seconds"]
-    started = time.time()
-    value = score([folder], eval_path, args)
-    record = {"task": task.name, "evaluated_on": eval_name, task.main_metric: value, "seed": args.seed,
-              "source": str(model), "sift": None if sift is None else sift.to_dict(),
-              "train_examples": len(train_examples), "train_seconds": seconds,
-              "eval_seconds": time.time() - started}
-    write_json(folder / METRICS_FILE, record)
-    (folder / "checkpoint.pt").unlink(missing_ok=True)   # only needed to resume training
-    return record, False
+    (metrics record, reused)."""
+    return duplication_study.run_one(args, task, model, train_examples, eval_path, eval_name, folder, sift=sift)
 
 
 def how(record, reused):
