@@ -27,6 +27,8 @@ adversarial loss on the normalised input embeddings, weighted by
 Only dev files exist here for SNLI and SQuAD: --split-eval FRACTION holds out
 that fraction of the --train file (SQuAD: whole articles) with a fixed seed;
 the held-out part is evaluated and named in every reported figure.
+--model DIR --eval FILE --split-eval FRACTION [--seed S] scores that same
+held-out part again (e.g. with another --null-threshold).
 
 examples:
   python finetune.py --task sst2 --model ../minilm --train ../shared/data/sst2/train.tsv \
@@ -51,7 +53,9 @@ what.add_argument("--ensemble", nargs="+", metavar="DIR", help="fine-tuned folde
 what.add_argument("--train", metavar="FILE", help="training file")
 what.add_argument("--eval", metavar="FILE", help="labelled file to evaluate on (each epoch when fine-tuning)")
 what.add_argument("--split-eval", type=cli.probability(include_one=False), metavar="FRACTION",
-                  help="hold out this fraction of --train (fixed seed; SQuAD by article) and evaluate on it")
+                  help="fine-tune: hold out this fraction of --train (fixed seed; SQuAD by article) and evaluate "
+                       "on it; predict/evaluate: use only the part of the file that fine-tuning held out "
+                       "(the same FRACTION and --seed)")
 what.add_argument("--predict", metavar="FILE", help="file to predict (any input format of the task)")
 what.add_argument("--output", help="fine-tune: the output folder; predict: the predictions file")
 what.add_argument("--json", type=cli.output_file, metavar="OUT", help="also write the metrics (or summary) as JSON")
@@ -204,9 +208,12 @@ def predict_or_evaluate(args):
     folders = args.ensemble or [args.model]
     path = Path(args.predict or args.eval)
     overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}
+    held_out = None if args.split_eval is None else (args.split_eval, args.seed)
     task, examples, predictions = finetuning.predict(folders, path, make_task, device=args.device,
                                                      batch_size=args.eval_batch_size, progress=not args.quiet,
-                                                     overrides=overrides)
+                                                     overrides=overrides, held_out=held_out)
+    if held_out is not None:
+        path = f"held-out {args.split_eval:.0%} of {path} (seed {args.seed})"
     if args.predict:
         output = cli.output_file(args.output)
         task.write_predictions(examples, predictions, output)

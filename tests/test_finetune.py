@@ -205,6 +205,13 @@ def test_split_eval_holds_out_part_of_the_training_file_and_names_it(setup, tmp_
     kept, held_out = split_examples(read_sst2(train), 0.25, 0, group=lambda e: e.text_a)
     assert not {e.text_a for e in kept} & {e.text_a for e in held_out}
 
+    # Evaluating the fine-tuned folder with the same --split-eval scores the same held-out part.
+    code, captured = run_script_in_process(capsys, "finetune.py", "--model", tmp_path / "out", "--eval", train,
+                                           "--split-eval", "0.25", "--json", tmp_path / "again.json", "--quiet")
+    assert code == 0, captured.err
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["evaluated_on"] == metrics["evaluated_on"] and again["accuracy"] == metrics["accuracy"]
+
 
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(setup, tmp_path):
     import os

@@ -294,6 +294,7 @@ def test_squad2_null_answer_and_threshold(windows_of_20):
     score_diff = math.log(0.25) - math.log(0.01)             # = log 25 = 3.22 > 0
     assert predictions.answers == {"q": ""}
     assert predictions.null_odds["q"] == pytest.approx(score_diff, rel=1e-5)
+    assert predictions.span_answers == {"q": "w2 w3"}       # what a threshold above log 25 would answer
 
     task.null_threshold = 3.3                                # above log 25: the span is answered
     assert task.predict(examples, features, outputs).answers == {"q": "w2 w3"}
@@ -331,6 +332,26 @@ def write_squad(path, questions, version):
 SMALL_SET = [make_question("the cat sat on the mat .", "the mat", qid="a", article=0),
              make_question("the dog ran in the park .", "the park", qid="b", article=0),
              make_question("the dog ran in the park .", impossible=True, qid="c", article=1)]
+
+
+def test_threshold_search_scores_the_spans_that_the_threshold_blanked(tmp_path):
+    # At null_threshold 0, "a" and "b" (answerable) are blanked by positive
+    # null odds and only "c" is right: exact 1/3. The search sees their best
+    # spans: from a threshold of 0.5 "a" is answered (right): exact 2/3, the
+    # best; from 1.0 "b" too, which adds its partial f1; "c" stays "" below 3.0.
+    path = tmp_path / "dev.json"
+    write_squad(path, SMALL_SET, "v2.0")
+    task = SquadTask(null_threshold=0.0)
+    questions = task.read(path)
+    predictions = SquadPredictions({"a": "", "b": "", "c": ""}, {"a": 0.5, "b": 1.0, "c": 3.0},
+                                   span_answers={"a": "the mat", "b": "ran in the park", "c": "dog"})
+    values = task.metrics(questions, predictions)
+    assert values["exact"] == pytest.approx(100 / 3) and values["HasAns_exact"] == 0.0
+    assert values["best_exact"] == pytest.approx(200 / 3) and values["best_exact_thresh"] == 0.5
+    # b: "ran in the park" vs "the park" -> normalised "ran in park" vs "park": P 1/3, R 1, F1 1/2.
+    assert values["best_f1"] == pytest.approx(100 * (1 + 0.5 + 1) / 3) and values["best_f1_thresh"] == 1.0
+    # The answers at the threshold itself are scored the same either way.
+    assert values["f1"] == task.metrics(questions, SquadPredictions(predictions.answers, predictions.null_odds))["f1"]
 
 
 def test_metrics_equal_the_official_scores_of_the_file(tmp_path):

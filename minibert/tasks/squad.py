@@ -75,9 +75,15 @@ class SpanHead(nn.Module):
 class SquadPredictions:
     """answers: {question id: answer text}, "" for "no answer".
     null_odds: {question id: score_diff} for SQuAD 2.0 (None for 1.1): how
-    much more the model believes in "no answer" than in its best span."""
+    much more the model believes in "no answer" than in its best span.
+    span_answers: for SQuAD 2.0, {question id: the best span's text}, the
+    answer each question gets at a threshold high enough to answer it. The
+    threshold search scores these (what evaluate-v2.0.py expects its
+    predictions to be): with answers already blanked at null_threshold, no
+    lower threshold could ever find an answer."""
     answers: dict
     null_odds: Optional[dict] = None
+    span_answers: Optional[dict] = None
 
     def __len__(self):
         return len(self.answers)
@@ -322,7 +328,7 @@ class SquadTask:
         windows_of = [[] for _ in examples]
         for feature, output in zip(features, outputs):
             windows_of[feature["example"]].append((feature, output))
-        answers, null_odds = {}, {}
+        answers, null_odds, span_answers = {}, {}, {}
         for example, windows in zip(examples, windows_of):
             best_score, best_text, score_null = -math.inf, "", math.inf
             for feature, probabilities in windows:
@@ -336,9 +342,12 @@ class SquadTask:
                 # With no candidate span at all (an empty context), score_diff is +inf: no answer.
                 score_diff = score_null - best_score
                 null_odds[example.id] = float(score_diff)
+                span_answers[example.id] = best_text
                 best_text = "" if score_diff > self.null_threshold else best_text
             answers[example.id] = best_text
-        return SquadPredictions(answers, null_odds if version == "2.0" else None)
+        if version == "1.1":
+            return SquadPredictions(answers)
+        return SquadPredictions(answers, null_odds, span_answers)
 
     def best_span(self, log_start, log_end, feature):
         """(score, start position, end position) of the best span of one
@@ -357,12 +366,15 @@ class SquadTask:
         """evaluate-v1.1.py: exact_match, f1. evaluate-v2.0.py with the
         null odds as its --na-prob-file: exact, f1, HasAns_*/NoAns_*, and
         best_exact/best_f1 with their thresholds (what null_threshold should
-        be). The script's --na-prob-thresh is null_threshold, so that exact
-        and f1 score the answers as predicted."""
+        be). The script is given each question's best span
+        (span_answers) and --na-prob-thresh null_threshold, so that exact
+        and f1 score the answers as predicted ("" exactly where the null odds
+        exceed the threshold) while the search can try every threshold."""
         dataset = squad_dataset(examples)
         if self.version_of(examples) == "1.1":
             return metrics.squad_v1_metrics(dataset, predictions.answers)
-        return metrics.squad_v2_metrics(dataset, predictions.answers, na_probs=predictions.null_odds,
+        answers = predictions.answers if predictions.span_answers is None else predictions.span_answers
+        return metrics.squad_v2_metrics(dataset, answers, na_probs=predictions.null_odds,
                                         na_prob_thresh=self.null_threshold)
 
     def write_predictions(self, examples, predictions, path):
