@@ -1,0 +1,64 @@
+r"""Split a SQuAD JSON file in two by article title.
+
+finetune.py's --split-eval picks the held-out articles with a seed. When two
+runs must agree on which articles stay unseen (fine-tuning on SQuAD 1.1 and
+then on SQuAD 2.0, whose dev articles are the same Wikipedia articles), name
+them: the articles titled --titles go to --selected, every other one to
+--rest. Both files keep the input's "version" and article order.
+
+    python bench/squad_articles.py ../shared/data/squad2/dev-v2.0-half-cs224n.json \
+        --titles Yuan_dynasty Warsaw --selected runs/squad2-eval.json --rest runs/squad2-train.json
+"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from minibert import cli                                    # noqa: E402
+from minibert.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
+
+parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+parser.add_argument("file", help="a SQuAD v1.1 or v2.0 JSON file")
+parser.add_argument("--titles", nargs="+", required=True, help="titles of the articles to select, as in the file")
+parser.add_argument("--selected", type=cli.output_file, required=True, help="where the selected articles go")
+parser.add_argument("--rest", type=cli.output_file, required=True, help="where every other article goes")
+
+
+def split_by_title(squad, titles):
+    """(selected, rest): two SQuAD dicts. Unknown titles are an error."""
+    from minibert.errors import MiniBertError
+    known = [article["title"] for article in squad["data"]]
+    unknown = [title for title in titles if title not in known]
+    if unknown:
+        raise MiniBertError(f"--titles: no article titled {unknown[0]!r} (the file has e.g. {known[:3]})")
+    wanted = set(titles)
+    selected = [article for article in squad["data"] if article["title"] in wanted]
+    rest = [article for article in squad["data"] if article["title"] not in wanted]
+    return {**squad, "data": selected}, {**squad, "data": rest}
+
+
+def main(argv=None):
+    from minibert.errors import MiniBertError
+    from minibert.fileio import write_json
+    args = parser.parse_args(argv)
+    try:
+        squad = json.loads(Path(args.file).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise MiniBertError(f"{args.file}: cannot read it ({error.strerror})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise MiniBertError(f"{args.file}: not a SQuAD JSON file ({error})") from None
+    if not isinstance(squad, dict) or not isinstance(squad.get("data"), list):
+        raise MiniBertError(f"{args.file}: not a SQuAD JSON file (no \"data\" list of articles)")
+    selected, rest = split_by_title(squad, args.titles)
+    write_json(args.selected, selected)
+    write_json(args.rest, rest)
+    count = lambda data: sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])   # noqa: E731
+    print(f"{args.selected}: {len(selected['data'])} articles, {count(selected)} questions; "
+          f"{args.rest}: {len(rest['data'])} articles, {count(rest)} questions")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
