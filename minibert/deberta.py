@@ -77,7 +77,8 @@ import torch.nn.functional as F
 
 from minibert.errors import MiniBertError
 from minibert.model import (ACTIVATIONS, Activation, BertModel, BertModelOutput, LayerNorm, MaskedLMHead, Pooler,
-                            TransformerLayer, merge_heads, split_heads)
+                            TransformerLayer, check_encoder_fields, field_error, is_int, is_number, merge_heads,
+                            split_heads)
 
 MODEL_TYPES = ("deberta", "deberta-v2")
 RELATIVE_TERMS = ("c2p", "p2c")   # the official code's "p2p" is in no released model and not supported
@@ -211,47 +212,26 @@ class DebertaConfig:
     def validate(self):
         """Every field has the type and range the model needs, or a
         MiniBertError names the field, its value and what was expected."""
-        def fail(field_name, expected):
-            raise MiniBertError(f"config field '{field_name}' = {getattr(self, field_name)!r}: expected {expected}")
-
-        def is_int(value):
-            return isinstance(value, int) and not isinstance(value, bool)
-
-        def is_number(value):
-            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                     "max_position_embeddings", "conv_groups"):
-            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
-                fail(name, "a positive integer")
+        check_encoder_fields(self)              # what BERT's config checks too; then what DeBERTa adds
+        fail = field_error(self)
+        if not is_int(self.conv_groups) or self.conv_groups < 1:
+            fail("conv_groups", "a positive integer")
         for name in ("type_vocab_size", "conv_kernel_size"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 0:
                 fail(name, "an integer >= 0")
         for name in ("max_relative_positions", "position_buckets"):
             if not is_int(getattr(self, name)):
                 fail(name, "an integer (< 1 for the default)")
-        if self.embedding_size is not None and (not is_int(self.embedding_size) or self.embedding_size < 1):
-            fail("embedding_size", "a positive integer (or absent)")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "pooler_dropout"):
-            value = getattr(self, name)
-            if not is_number(value) or not 0 <= value < 1:
-                fail(name, "a probability in [0, 1)")
-        if not is_number(self.initializer_range) or self.initializer_range < 0:
-            fail("initializer_range", "a finite number >= 0")
-        if not is_number(self.layer_norm_eps) or self.layer_norm_eps <= 0:
-            fail("layer_norm_eps", "a finite number > 0")
-        if self.pad_token_id is not None and (not is_int(self.pad_token_id) or self.pad_token_id < 0):
-            fail("pad_token_id", "a non-negative integer")
-        for name in ("relative_attention", "position_biased_input", "share_att_key", "written_out"):
+        if not is_number(self.pooler_dropout) or not 0 <= self.pooler_dropout < 1:
+            fail("pooler_dropout", "a probability in [0, 1)")
+        for name in ("relative_attention", "position_biased_input", "share_att_key"):
             if not isinstance(getattr(self, name), bool):
                 fail(name, "true or false")
-        for name in ("hidden_act", "conv_act", "pooler_hidden_act"):
+        for name in ("conv_act", "pooler_hidden_act"):
             if not isinstance(getattr(self, name), str) or getattr(self, name) not in ACTIVATIONS:
                 fail(name, f"one of {sorted(ACTIVATIONS)}")
         if self.model_type not in MODEL_TYPES:
             fail("model_type", "'deberta' (v1) or 'deberta-v2' (v2 and v3)")
-        if self.hidden_size % self.num_attention_heads:
-            fail("hidden_size", f"a multiple of num_attention_heads ({self.num_attention_heads})")
         if self.attention_head_size not in (None, self.head_size):
             fail("attention_head_size", f"absent or hidden_size / num_attention_heads ({self.head_size})")
         terms = self.pos_att_type

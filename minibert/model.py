@@ -127,41 +127,15 @@ class BertConfig:
         MiniBertError names the field, its value and what was expected (a
         config is user input: a string dropout or a NaN epsilon must not reach
         torch, where it would fail obscurely or silently give NaN outputs)."""
-        def fail(field_name, expected):
-            raise MiniBertError(f"config field '{field_name}' = {getattr(self, field_name)!r}: expected {expected}")
-
-        def is_int(value):
-            return isinstance(value, int) and not isinstance(value, bool)
-
-        def is_number(value):
-            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "inner_group_num"):
+        check_encoder_fields(self)
+        fail = field_error(self)
+        for name in ("type_vocab_size", "inner_group_num"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 fail(name, "a positive integer")
-        for name in ("embedding_size", "num_hidden_groups"):
-            value = getattr(self, name)
-            if value is not None and (not is_int(value) or value < 1):
-                fail(name, "a positive integer (or absent)")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if not is_number(value) or not 0 <= value < 1:
-                fail(name, "a probability in [0, 1)")
-        if not is_number(self.initializer_range) or self.initializer_range < 0:
-            fail("initializer_range", "a finite number >= 0")
-        if not is_number(self.layer_norm_eps) or self.layer_norm_eps <= 0:
-            fail("layer_norm_eps", "a finite number > 0")
-        if self.pad_token_id is not None and (not is_int(self.pad_token_id) or self.pad_token_id < 0):
-            fail("pad_token_id", "a non-negative integer")
-        if self.hidden_size % self.num_attention_heads:
-            fail("hidden_size", f"a multiple of num_attention_heads ({self.num_attention_heads})")
-        if not isinstance(self.hidden_act, str) or self.hidden_act not in ACTIVATIONS:
-            fail("hidden_act", f"one of {sorted(ACTIVATIONS)}")
+        if self.num_hidden_groups is not None and (not is_int(self.num_hidden_groups) or self.num_hidden_groups < 1):
+            fail("num_hidden_groups", "a positive integer (or absent)")
         if self.model_type not in ("bert", "albert"):
             fail("model_type", "'bert' or 'albert'")
-        if not isinstance(self.written_out, bool):
-            fail("written_out", "true or false")
         if self.model_type == "bert":
             # ALBERT's fields mean something on a BERT only where BERT has the
             # same thing: E == H, one layer per group, and a group per depth
@@ -184,6 +158,56 @@ class BertConfig:
                 fail("layer_order", f"a list of {self.num_hidden_layers} group indices in 0..{self.num_groups - 1}")
             if set(order) != set(range(self.num_groups)):
                 fail("layer_order", f"to run every one of the {self.num_groups} layers at least once")
+
+
+# ----------------------------------------------------------------------------
+# Config checks shared by every encoder config (BertConfig here, DebertaConfig
+# in deberta.py): each names the field, its value and what was expected.
+# ----------------------------------------------------------------------------
+
+
+def is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def field_error(config):
+    """fail(field name, what was expected): raises the one-line MiniBertError."""
+    def fail(field_name, expected):
+        raise MiniBertError(f"config field '{field_name}' = {getattr(config, field_name)!r}: expected {expected}")
+    return fail
+
+
+def check_encoder_fields(config):
+    """The fields of the Transformer encoder itself, which BERT, ALBERT and
+    DeBERTa share: sizes, dropouts, initializer range, epsilon, padding id,
+    activation and the written_out switch."""
+    fail = field_error(config)
+    for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "max_position_embeddings"):
+        if not is_int(getattr(config, name)) or getattr(config, name) < 1:
+            fail(name, "a positive integer")
+    if config.embedding_size is not None and (not is_int(config.embedding_size) or config.embedding_size < 1):
+        fail("embedding_size", "a positive integer (or absent)")
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        value = getattr(config, name)
+        if not is_number(value) or not 0 <= value < 1:
+            fail(name, "a probability in [0, 1)")
+    if not is_number(config.initializer_range) or config.initializer_range < 0:
+        fail("initializer_range", "a finite number >= 0")
+    if not is_number(config.layer_norm_eps) or config.layer_norm_eps <= 0:
+        fail("layer_norm_eps", "a finite number > 0")
+    if config.pad_token_id is not None and (not is_int(config.pad_token_id) or config.pad_token_id < 0):
+        fail("pad_token_id", "a non-negative integer")
+    if config.hidden_size % config.num_attention_heads:
+        fail("hidden_size", f"a multiple of num_attention_heads ({config.num_attention_heads})")
+    if not isinstance(config.hidden_act, str) or config.hidden_act not in ACTIVATIONS:
+        fail("hidden_act", f"one of {sorted(ACTIVATIONS)}")
+    if not isinstance(config.written_out, bool):
+        fail("written_out", "true or false")
 
 
 # What ALBERT's code assumes where its config leaves a field out: E = 128 for
