@@ -447,6 +447,19 @@ def test_bad_config_fields_are_named(overrides, message):
         DebertaConfig(**{**TINY, **overrides})
 
 
+@pytest.mark.parametrize("field,value", [("vocab_size", 0), ("hidden_dropout_prob", "0.1"), ("hidden_act", "swish"),
+                                         ("pad_token_id", -1), ("initializer_range", float("inf")),
+                                         ("written_out", "no")])
+def test_the_encoder_fields_bert_and_deberta_share_are_checked_once_with_one_message(field, value):
+    # model.check_encoder_fields runs for both configs: the same bad value, the same words.
+    from minibert.model import BertConfig
+    with pytest.raises(MiniBertError) as bert_error:
+        BertConfig(**{field: value})
+    with pytest.raises(MiniBertError) as deberta_error:
+        DebertaConfig(**{**TINY, field: value})
+    assert str(bert_error.value) == str(deberta_error.value) and str(bert_error.value).startswith(f"config field '{field}'")
+
+
 def test_from_dict_names_the_file_and_refuses_what_it_cannot_compute():
     with pytest.raises(MiniBertError, match=r"^models/x/config.json: config field 'hidden_size' = 'big'"):
         DebertaConfig.from_dict({"model_type": "deberta", "hidden_size": "big"}, source="models/x/config.json")
