@@ -203,16 +203,19 @@ def predict_or_evaluate(args):
 
     from minibert import finetuning
     from minibert.fileio import write_json
-    from minibert.tasks import make_task
+    from minibert.tasks import make_task, split_for_evaluation
 
     folders = args.ensemble or [args.model]
     path = Path(args.predict or args.eval)
     overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}
-    held_out = None if args.split_eval is None else (args.split_eval, args.seed)
+
+    def held_out(task, examples):          # what fine-tuning with this --split-eval and --seed held out
+        return split_for_evaluation(task, examples, args.split_eval, args.seed)[1]
     task, examples, predictions = finetuning.predict(folders, path, make_task, device=args.device,
                                                      batch_size=args.eval_batch_size, progress=not args.quiet,
-                                                     overrides=overrides, held_out=held_out)
-    if held_out is not None:
+                                                     overrides=overrides,
+                                                     select=None if args.split_eval is None else held_out)
+    if args.split_eval is not None:
         path = f"held-out {args.split_eval:.0%} of {path} (seed {args.seed})"
     if args.predict:
         output = cli.output_file(args.output)

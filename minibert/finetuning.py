@@ -375,11 +375,11 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
 
 
 def predict(folders, path, make_task, device="cpu", batch_size=128, bf16=False, progress=True, overrides=None,
-            held_out=None):
+            select=None):
     """Load each fine-tuned folder, run it on the file `path` and average the
     members' per-feature probabilities (an ensemble of one is one model).
-    held_out=(fraction, seed) keeps only the part of the file that
-    fine-tuning with --split-eval fraction and that seed held out.
+    select(task, examples), if given, picks the examples to run (finetune.py:
+    the part of the file that --split-eval held out).
     Returns (task, examples, predictions)."""
     members = [load_task_model(folder, make_task, overrides) for folder in folders]
     _, task, tokenizer, record = members[0]
@@ -391,9 +391,8 @@ def predict(folders, path, make_task, device="cpu", batch_size=128, bf16=False, 
         if other_tokenizer.vocab_size != tokenizer.vocab_size:
             raise MiniBertError(f"--ensemble: {folder} has another vocabulary than {folders[0]}")
     examples = task.read(path)
-    if held_out is not None:
-        from minibert.tasks import split_for_evaluation
-        _, examples = split_for_evaluation(task, examples, *held_out)
+    if select is not None:
+        examples = select(task, examples)
     features = task.features(examples, tokenizer, record["max_seq_len"])
     summed = None
     for model, *_ in members:
