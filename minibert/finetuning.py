@@ -118,15 +118,17 @@ def add_pooler_if_missing(encoder):
     released DeBERTa) gets a freshly initialised one, as transformers does;
     the load report says so. The pooler is the model's own kind: BERT's tanh
     Pooler, or DeBERTa's DebertaPooler (GELU, transformers' ContextPooler),
-    the one a saved DeBERTa folder is loaded back with."""
+    the one a saved DeBERTa folder is loaded back with. Returns whether it
+    added one."""
     if encoder.pooler is not None:
-        return
+        return False
     pooler_class = DebertaPooler if isinstance(encoder, DebertaModel) else Pooler
     encoder.pooler = pooler_class(encoder.config)
     encoder.pooler.apply(encoder.init_weights)
     report = getattr(encoder, "load_report", None)
     if report is not None:
         report.skipped.append(("pooler.dense", "not in the checkpoint: freshly initialised for fine-tuning"))
+    return True
 
 
 # ----------------------------------------------------------------------------
@@ -313,8 +315,9 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         raise MiniBertError(f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
                             f"({encoder.config.max_position_embeddings})")
     torch.manual_seed(seed)              # the new pooler's and head's initial weights depend on the seed only
-    if task.uses_pooler:
-        add_pooler_if_missing(encoder)
+    if task.uses_pooler and add_pooler_if_missing(encoder) and context.is_main and progress:
+        tqdm.write(f"load report: {model_name or 'the bundled model'} has no pooler; a fresh one is initialised for fine-tuning "
+                   f"(as transformers does)")
     model = TaskModel(encoder, task.make_head(encoder.config), task.uses_pooler)
 
     train_features = task.features(train_examples, tokenizer, max_seq_len)

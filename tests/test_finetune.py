@@ -99,9 +99,10 @@ def test_a_checkpoint_without_pooler_gets_a_fresh_one_named_in_the_load_report(s
     from minibert.checkpoints import load_pretrained
     encoder = load_pretrained(root / "base")
     assert encoder.pooler is None
-    finetuning.add_pooler_if_missing(encoder)
+    assert finetuning.add_pooler_if_missing(encoder) is True
     assert encoder.pooler is not None
     assert ("pooler.dense", "not in the checkpoint: freshly initialised for fine-tuning") in encoder.load_report.skipped
+    assert finetuning.add_pooler_if_missing(encoder) is False          # a second call keeps the first pooler
 
 
 def test_predictions_are_jsonl_in_file_order_with_label_and_probs(tuned, setup, tmp_path, capsys):
