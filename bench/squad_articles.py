@@ -26,6 +26,10 @@ parser.add_argument("--selected", type=cli.output_file, required=True, help="whe
 parser.add_argument("--rest", type=cli.output_file, required=True, help="where every other article goes")
 
 
+def question_count(squad):
+    return sum(len(paragraph["qas"]) for article in squad["data"] for paragraph in article["paragraphs"])
+
+
 def split_by_title(squad, titles):
     """(selected, rest): two SQuAD dicts. Unknown titles are an error."""
     from minibert.errors import MiniBertError
@@ -51,12 +55,20 @@ def main(argv=None):
         raise MiniBertError(f"{args.file}: not a SQuAD JSON file ({error})") from None
     if not isinstance(squad, dict) or not isinstance(squad.get("data"), list):
         raise MiniBertError(f"{args.file}: not a SQuAD JSON file (no \"data\" list of articles)")
+    for number, article in enumerate(squad["data"], 1):
+        if (not isinstance(article, dict) or not isinstance(article.get("title"), str)
+                or not isinstance(article.get("paragraphs"), list)
+                or not all(isinstance(p, dict) and isinstance(p.get("qas"), list) for p in article["paragraphs"])):
+            raise MiniBertError(f"{args.file}: article {number} of \"data\" is not a SQuAD article "
+                                f"(expected a \"title\" and \"paragraphs\" with \"qas\" lists)")
+    if Path(args.selected).resolve() == Path(args.rest).resolve():
+        raise MiniBertError("--selected and --rest name the same file: give two")
     selected, rest = split_by_title(squad, args.titles)
-    write_json(args.selected, selected)
-    write_json(args.rest, rest)
-    count = lambda data: sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])   # noqa: E731
-    print(f"{args.selected}: {len(selected['data'])} articles, {count(selected)} questions; "
-          f"{args.rest}: {len(rest['data'])} articles, {count(rest)} questions")
+    for path, squad_part in ((args.selected, selected), (args.rest, rest)):
+        cli.make_parent_folder(path)
+        write_json(path, squad_part)
+    print(f"{args.selected}: {len(selected['data'])} articles, {question_count(selected)} questions; "
+          f"{args.rest}: {len(rest['data'])} articles, {question_count(rest)} questions")
     return 0
 
 

@@ -316,8 +316,8 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
                             f"({encoder.config.max_position_embeddings})")
     torch.manual_seed(seed)              # the new pooler's and head's initial weights depend on the seed only
     if task.uses_pooler and add_pooler_if_missing(encoder) and context.is_main and progress:
-        tqdm.write(f"load report: {model_name or 'the bundled model'} has no pooler; a fresh one is initialised for fine-tuning "
-                   f"(as transformers does)")
+        tqdm.write(f"load report: {model_name or 'the bundled model'} has no pooler; a fresh one is initialised "
+                   f"for fine-tuning (as transformers does)")
     model = TaskModel(encoder, task.make_head(encoder.config), task.uses_pooler)
 
     train_features = task.features(train_examples, tokenizer, max_seq_len)

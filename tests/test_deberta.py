@@ -457,7 +457,8 @@ def test_the_encoder_fields_bert_and_deberta_share_are_checked_once_with_one_mes
         BertConfig(**{field: value})
     with pytest.raises(MiniBertError) as deberta_error:
         DebertaConfig(**{**TINY, field: value})
-    assert str(bert_error.value) == str(deberta_error.value) and str(bert_error.value).startswith(f"config field '{field}'")
+    assert str(bert_error.value) == str(deberta_error.value)
+    assert str(bert_error.value).startswith(f"config field '{field}'")
 
 
 def test_from_dict_names_the_file_and_refuses_what_it_cannot_compute():
