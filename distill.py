@@ -34,8 +34,8 @@ examples:
   python distill.py --student runs/sst2-bilstm --eval ../shared/data/sst2/dev.tsv --json student.json
 """
 
-from minibert import cli
-from minibert.cli import ArgumentParser, HelpFormatter, run
+from minibert.support import cli
+from minibert.support.cli import ArgumentParser, HelpFormatter, run
 
 TASKS = ["sst2", "snli", "mnli", "mrpc", "qqp"]
 
@@ -131,7 +131,7 @@ train.add_argument("--quiet", action="store_true", help="no progress bars")
 
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert.errors import MiniBertError
+    from minibert.support.errors import MiniBertError
 
     if args.student:
         if args.teacher or args.task or args.train or args.no_teacher:
@@ -189,9 +189,9 @@ def distil(args):
     from pathlib import Path
 
     from minibert import distillation
-    from minibert.errors import MiniBertError
+    from minibert.support.errors import MiniBertError
     from minibert.finetuning import json_safe
-    from minibert.fileio import write_json
+    from minibert.support.fileio import write_json
 
     output = cli.output_folder(args.output)
     if (output / distillation.STUDENT_FILE).exists() and not args.resume:
@@ -227,7 +227,7 @@ def predict_or_evaluate(args):
     from pathlib import Path
 
     from minibert import distillation
-    from minibert.fileio import write_json
+    from minibert.support.fileio import write_json
     from minibert.finetuning import format_metrics
 
     path = Path(args.predict or args.eval)

@@ -31,7 +31,7 @@ examples:
   python duplicate.py --model ALBERT_DIR --repeat 4 --output albert16/
 """
 
-from minibert.cli import ArgumentParser, HelpFormatter, output_folder, positive_int, run
+from minibert.support.cli import ArgumentParser, HelpFormatter, output_folder, positive_int, run
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
@@ -58,7 +58,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from minibert import duplication
     from minibert.checkpoints import load_pretrained
-    from minibert.errors import MiniBertError
+    from minibert.support.errors import MiniBertError
 
     duplication.check_output_dir(args.output, args.force, source=args.model)   # before any slow loading
     model = load_pretrained(args.model)

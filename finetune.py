@@ -39,8 +39,8 @@ examples:
   python finetune.py --ensemble runs/sst2-a runs/sst2-b --predict test.tsv --output preds.jsonl
 """
 
-from minibert import cli
-from minibert.cli import ArgumentParser, HelpFormatter, run
+from minibert.support import cli
+from minibert.support.cli import ArgumentParser, HelpFormatter, run
 
 TASKS = ["sst2", "snli", "mnli", "mrpc", "qqp", "conll2003", "squad"]
 
@@ -109,7 +109,7 @@ SIFT_FLAGS = {"sift_lambda": "--sift-lambda", "sift_init_scale": "--sift-init-sc
 
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert.errors import MiniBertError
+    from minibert.support.errors import MiniBertError
 
     for name, flag in SIFT_FLAGS.items():
         if getattr(args, name) is not None and not args.sift:
@@ -158,8 +158,8 @@ def fine_tune(args):
     from pathlib import Path
 
     from minibert import finetuning
-    from minibert.errors import MiniBertError
-    from minibert.fileio import write_json
+    from minibert.support.errors import MiniBertError
+    from minibert.support.fileio import write_json
     from minibert.tasks import make_task, split_for_evaluation
 
     output = cli.output_folder(args.output)
@@ -202,7 +202,7 @@ def predict_or_evaluate(args):
     from pathlib import Path
 
     from minibert import finetuning
-    from minibert.fileio import write_json
+    from minibert.support.fileio import write_json
     from minibert.tasks import make_task, split_for_evaluation
 
     folders = args.ensemble or [args.model]

@@ -19,7 +19,7 @@ Works for BERT, ALBERT (layer 0 = the embeddings projected to H) and models
 made deeper by duplicate.py.
 """
 
-from minibert.cli import (ArgumentParser, HelpFormatter, device, make_parent_folder, non_negative_int, output_file,
+from minibert.support.cli import (ArgumentParser, HelpFormatter, device, make_parent_folder, non_negative_int, output_file,
                           positive_float, positive_int, probability, run)
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)

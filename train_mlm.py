@@ -26,10 +26,10 @@ vocabulary included) and the token cache. --output must be new or empty;
 it stopped before its first checkpoint), --force writes over anything else.
 """
 
-from minibert.cli import (ArgumentParser, HelpFormatter, device, int_at_least, make_parent_folder, non_negative_float,
+from minibert.support.cli import (ArgumentParser, HelpFormatter, device, int_at_least, make_parent_folder, non_negative_float,
                           non_negative_int, output_file, output_folder, positive_float, positive_int, probability,
                           run)
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 # A model built from the flags has BERT's 512 positions (--config can say otherwise).
 FLAG_MAX_POSITIONS = 512
@@ -205,7 +205,7 @@ def deberta_config_from_flags(args, vocab_size, pad_token_id):
 
 def main(argv=None):
     args = parse_args(argv)
-    from minibert.fileio import write_json
+    from minibert.support.fileio import write_json
     from minibert.pretraining import (can_resume, check_max_seq_len, check_output_folder, check_pair_objective,
                                       is_deberta, pretrain, read_model_config, split_heldout, text_files)
 

@@ -75,8 +75,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from minibert import cli  # noqa: E402
-from minibert.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
+from minibert.support import cli  # noqa: E402
+from minibert.support.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
 
 VARIANTS = ("base", "duplicated", "tied")
 STUDY_FILE = "study.json"
@@ -214,8 +214,8 @@ def study_settings(args, model):
 
 
 def check_or_record_settings(work, settings):
-    from minibert.errors import MiniBertError
-    from minibert.fileio import read_json_object, write_json
+    from minibert.support.errors import MiniBertError
+    from minibert.support.fileio import read_json_object, write_json
 
     path = work / STUDY_FILE
     if path.is_file():
@@ -236,8 +236,8 @@ def build_variants(model_name, duplicate_text, work):
     their duplication.json is there)."""
     from minibert import duplication
     from minibert.checkpoints import load_pretrained
-    from minibert.errors import MiniBertError
-    from minibert.fileio import read_json_object
+    from minibert.support.errors import MiniBertError
+    from minibert.support.fileio import read_json_object
 
     model = load_pretrained(model_name)
     config = model.config
@@ -265,7 +265,7 @@ def build_variants(model_name, duplicate_text, work):
 
 def read_data(args, task, work):
     """(training examples, path of the held-out file, its description)."""
-    from minibert.errors import MiniBertError
+    from minibert.support.errors import MiniBertError
     from minibert.tasks import split_for_evaluation
 
     examples = task.read(Path(args.train))
@@ -289,8 +289,8 @@ def write_examples(task_name, examples, path):
     """Held-out examples in the task's own format, for finetuning.predict (and finetune.py --eval)."""
     import json
 
-    from minibert.errors import MiniBertError
-    from minibert.fileio import atomic_write
+    from minibert.support.errors import MiniBertError
+    from minibert.support.fileio import atomic_write
 
     with atomic_write(path, mode="w") as f:
         if task_name == "sst2":
@@ -335,7 +335,7 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder, si
     `sift` (a SiftConfig) adds SiFT (bench/sift_study.py). Returns (metrics
     record, reused)."""
     from minibert import finetuning
-    from minibert.fileio import read_json_object, write_json
+    from minibert.support.fileio import read_json_object, write_json
 
     if (folder / TASK_FILE).is_file() and (folder / METRICS_FILE).is_file():
         return read_json_object(folder / METRICS_FILE), True
@@ -364,8 +364,8 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder, si
 
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert.errors import MiniBertError
-    from minibert.fileio import write_json
+    from minibert.support.errors import MiniBertError
+    from minibert.support.fileio import write_json
     from minibert.tasks import make_task
 
     if args.threads:

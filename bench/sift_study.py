@@ -66,8 +66,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import duplication_study  # noqa: E402
 from bench.duplication_study import (check_or_record_settings, compare, default_model, read_data,  # noqa: E402
                                      summarize)
-from minibert import cli  # noqa: E402
-from minibert.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
+from minibert.support import cli  # noqa: E402
+from minibert.support.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
 
 VARIANTS = ("plain", "sift")
 
@@ -208,8 +208,8 @@ def how(record, reused):
 
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert.errors import MiniBertError
-    from minibert.fileio import write_json
+    from minibert.support.errors import MiniBertError
+    from minibert.support.fileio import write_json
     from minibert.tasks import make_task
 
     if args.threads:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from minibert import cli                                    # noqa: E402
-from minibert.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
+from minibert.support import cli                                    # noqa: E402
+from minibert.support.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("file", help="a SQuAD v1.1 or v2.0 JSON file")
@@ -32,7 +32,7 @@ def question_count(squad):
 
 def split_by_title(squad, titles):
     """(selected, rest): two SQuAD dicts. Unknown titles are an error."""
-    from minibert.errors import MiniBertError
+    from minibert.support.errors import MiniBertError
     known = [article["title"] for article in squad["data"]]
     unknown = [title for title in titles if title not in known]
     if unknown:
@@ -44,8 +44,8 @@ def split_by_title(squad, titles):
 
 
 def main(argv=None):
-    from minibert.errors import MiniBertError
-    from minibert.fileio import write_json
+    from minibert.support.errors import MiniBertError
+    from minibert.support.fileio import write_json
     args = parser.parse_args(argv)
     try:
         squad = json.loads(Path(args.file).read_text(encoding="utf-8"))

@@ -30,7 +30,7 @@ _EXPORTS = {
     "load_tokenizer": "minibert.tokenization",
     "BertConfig": "minibert.model",
     "BertModel": "minibert.model",
-    "MiniBertError": "minibert.errors",
+    "MiniBertError": "minibert.support.errors",
 }
 
 __all__ = sorted(_EXPORTS)

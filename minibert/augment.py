@@ -46,8 +46,8 @@ from collections import Counter, defaultdict
 import numpy as np
 from tqdm import tqdm
 
-from minibert.errors import MiniBertError
-from minibert.seeds import seed_from
+from minibert.support.errors import MiniBertError
+from minibert.support.seeds import seed_from
 
 MASK = "[MASK]"
 

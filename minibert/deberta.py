@@ -75,7 +75,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.model import (ACTIVATIONS, Activation, BertModel, BertModelOutput, LayerNorm, MaskedLMHead, Pooler,
                             TransformerLayer, check_encoder_fields, field_error, is_int, is_number, merge_heads,
                             split_heads)

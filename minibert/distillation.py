@@ -62,13 +62,13 @@ from tqdm import tqdm
 
 from minibert.augment import MASK, PosLexicon, split_words, transfer_set
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
-from minibert.devices import move_to_device
-from minibert.errors import MiniBertError
-from minibert.fileio import atomic_write, read_json_object, write_json
+from minibert.support.devices import move_to_device
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write, read_json_object, write_json
 from minibert.finetuning import LengthGroupedBatches, evaluate, load_task_model, read_task_record, run_model
-from minibert.hub import default_cache_dir, file_sha256
+from minibert.support.hub import default_cache_dir, file_sha256
 from minibert.lstm import BiLSTMClassifier, StudentConfig
-from minibert.seeds import generator_for, seed_from
+from minibert.support.seeds import generator_for, seed_from
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.tasks.readers import ClassificationExample
 from minibert.tokenization import load_tokenizer

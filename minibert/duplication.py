@@ -38,8 +38,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from minibert.errors import MiniBertError
-from minibert.fileio import write_json
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import write_json
 from minibert.model import BertModel
 
 

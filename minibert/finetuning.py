@@ -52,11 +52,11 @@ from tqdm import tqdm
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.deberta import DebertaModel, DebertaPooler
-from minibert.devices import move_to_device
-from minibert.errors import MiniBertError
-from minibert.fileio import read_json_object, write_json
+from minibert.support.devices import move_to_device
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import read_json_object, write_json
 from minibert.model import Pooler
-from minibert.seeds import generator_for
+from minibert.support.seeds import generator_for
 from minibert.tokenization import load_tokenizer
 from minibert.training import TrainingConfig, setup_context, train
 

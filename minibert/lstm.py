@@ -67,7 +67,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 # ----------------------------------------------------------------------------
 # One LSTM step

@@ -24,7 +24,7 @@ import re
 import string
 import sys
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 # ----------------------------------------------------------------------------
 # Classification (GLUE)

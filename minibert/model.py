@@ -50,7 +50,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 # ----------------------------------------------------------------------------
 # Config

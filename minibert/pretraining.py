@@ -36,9 +36,9 @@ from tqdm import tqdm
 
 from minibert.checkpoints import read_config, save_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel
-from minibert.devices import move_to_device
-from minibert.errors import MiniBertError
-from minibert.fileio import fsync_folder, temporary_name
+from minibert.support.devices import move_to_device
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import fsync_folder, temporary_name
 from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
                                       is_token_cache, pack_blocks, tokenizer_fingerprint, vocabulary)

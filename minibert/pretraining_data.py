@@ -32,9 +32,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from minibert.errors import MiniBertError
-from minibert.fileio import write_json
-from minibert.seeds import generator_for
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import write_json
+from minibert.support.seeds import generator_for
 
 CACHE_VERSION = 1
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]*[A-Z0-9])")

@@ -44,9 +44,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from minibert.devices import move_to_device
-from minibert.errors import MiniBertError
-from minibert.fileio import write_json
+from minibert.support.devices import move_to_device
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import write_json
 from minibert.model import MaskedLMHead
 
 DEFAULT_SENTENCES = Path(__file__).parent / "data" / "probe_sentences.txt"

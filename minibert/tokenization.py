@@ -84,9 +84,9 @@ import torch
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from minibert.protobuf import fixed32_to_float, iter_fields, to_signed64
-from minibert.errors import MiniBertError
-from minibert.fileio import atomic_write, read_json_object
+from minibert.support.protobuf import fixed32_to_float, iter_fields, to_signed64
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write, read_json_object
 
 # Google's WordPiece gives up on words longer than 200 characters (one [UNK]);
 # transformers and `tokenizers` use 100. We follow transformers, so that ids
@@ -918,7 +918,7 @@ def load_tokenizer(name_or_path=None, *, force_download=False):
     folder: spm.model with a config.json whose model_type is "deberta-v2" or a
     tokenizer_config.json naming DebertaV2Tokenizer (v2/v3), vocab.json +
     merges.txt (v1); a path to one such file; or a name (or None for the
-    bundled default model) that minibert.hub resolves to a folder.
+    bundled default model) that minibert.support.hub resolves to a folder.
     force_download=True deletes the cached download of a known name and
     downloads it again.
 
@@ -939,7 +939,7 @@ def load_tokenizer(name_or_path=None, *, force_download=False):
     if name_or_path is not None and pathlib.Path(name_or_path).exists():
         path = pathlib.Path(name_or_path)
     else:  # a model name: the hub module knows where (or whether) it is cached
-        from minibert.hub import resolve_model_dir
+        from minibert.support.hub import resolve_model_dir
         name = None if name_or_path is None else str(name_or_path)
         path = pathlib.Path(resolve_model_dir(name, force_download=force_download))
     try:
@@ -962,5 +962,5 @@ def load_tokenizer(name_or_path=None, *, force_download=False):
             lower = casing_from_vocab(vocab)
         return _wordpiece_from_vocab(vocab, lower, source=str(file))
     except MiniBertError as e:  # if the folder is a cached download, say so and how to refresh it
-        from minibert.hub import explain_cache_error  # imported only when needed, like resolve_model_dir
+        from minibert.support.hub import explain_cache_error  # imported only when needed, like resolve_model_dir
         raise explain_cache_error(e, path) from None

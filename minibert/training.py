@@ -32,10 +32,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from minibert.devices import choose_device, move_to_device
-from minibert.errors import MiniBertError
-from minibert.fileio import atomic_write
-from minibert.seeds import seed_from
+from minibert.support.devices import choose_device, move_to_device
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write
+from minibert.support.seeds import seed_from
 
 # ----------------------------------------------------------------------------
 # Device, processes, seeds

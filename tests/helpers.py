@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minibert.cli import run
+from minibert.support.cli import run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -19,7 +19,7 @@ def run_script(script, *args):
 
 
 def run_script_in_process(capsys, script, *args):
-    """The script's main through the same error handling (minibert.cli.run), in
+    """The script's main through the same error handling (minibert.support.cli.run), in
     this interpreter. Returns (exit code, captured output)."""
     spec = importlib.util.spec_from_file_location(Path(script).stem + "_script", REPO / script)
     module = importlib.util.module_from_spec(spec)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from minibert.augment import MASK, PosLexicon, augment_pair, augment_words, split_words, transfer_set
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 SHARED_CONLL = Path(__file__).resolve().parents[2] / "shared" / "data" / "conll2003" / "eng.train"
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.model import (ACTIVATIONS, BertConfig, BertModel, Embeddings, FeedForward, LayerNorm, MaskedLMHead,
                             Pooler, SelfAttention, TransformerLayer, attention, gelu, gelu_tanh, layer_norm,
                             merge_heads, padding_bias, split_heads)
 from minibert.pretraining_data import corrupt_chosen, mask_tokens
-from minibert.protobuf import read_varint
+from minibert.support.protobuf import read_varint
 from minibert.checkpoints.tf_bundle import crc32c, unmask_crc
 from minibert.training import make_optimizer, warmup_then_linear_decay
 from tiny_models import random_batch

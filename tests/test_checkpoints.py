@@ -31,9 +31,9 @@ import torch
 
 import minibert
 from minibert.checkpoints import huggingface_config, huggingface_state_dict, load_pretrained, save_pretrained
-from minibert.hub import BUNDLED_MODEL_DIR
+from minibert.support.hub import BUNDLED_MODEL_DIR
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModel
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -685,7 +685,7 @@ def test_public_api_from_the_package():
 
 
 @pytest.mark.parametrize("first", ["minibert", "minibert.checkpoints", "minibert.tokenization", "minibert.model",
-                                   "minibert.hub"])
+                                   "minibert.support.hub"])
 def test_public_api_imports_without_cycles(first):
     """Import minibert afresh, starting from each module in turn (an import
     cycle fails for some orders only); once, run the docstring's example.

@@ -1,4 +1,4 @@
-"""minibert.cli: every flag is checked when the command line is read, and a
+"""minibert.support.cli: every flag is checked when the command line is read, and a
 bad value is one `error:` line naming the flag and the allowed values, exit 1."""
 
 import argparse
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from minibert import cli
+from minibert.support import cli
 from helpers import run_script_in_process
 
 

@@ -15,7 +15,7 @@ import torch
 
 from minibert.deberta import (DebertaConfig, DebertaModel, DebertaPooler, fuse_v1_in_proj, log_bucket,
                               masked_softmax, pairwise_mask, relative_index, split_v1_in_proj)
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.probing import depth_descriptions, hidden_states as probe_hidden_states
 from tiny_models import random_batch
 

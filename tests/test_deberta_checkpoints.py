@@ -25,8 +25,8 @@ import torch
 from minibert.checkpoints import huggingface_state_dict, load_pretrained, save_pretrained
 from minibert.checkpoints.safetensors import load_safetensors
 from minibert.deberta import DebertaConfig, DebertaModel, fuse_v1_in_proj
-from minibert.errors import MiniBertError
-from minibert.hub import HUB_MODELS, hub_model_names, mirror_url, resolve_model_dir
+from minibert.support.errors import MiniBertError
+from minibert.support.hub import HUB_MODELS, hub_model_names, mirror_url, resolve_model_dir
 from test_deberta import TINY, V1, V3, batch, randomize
 from test_download import cache, leftovers, server  # noqa: F401 (the shared fixtures)
 

@@ -32,7 +32,7 @@ import unicodedata
 import pytest
 import torch
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.tokenization import (
     DEBERTA_SPECIAL_TOKENS,
     deberta_v1_tokenizer,

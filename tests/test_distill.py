@@ -14,7 +14,7 @@ import torch
 from helpers import REPO, run_script_in_process
 from minibert import distillation, finetuning
 from minibert.checkpoints import load_pretrained, save_pretrained
-from minibert.cli import run
+from minibert.support.cli import run
 from minibert.distillation import (NO_LABEL, DistillationObjective, DistillationSettings, PieceTokenizer,
                                    StudentBatches, WordTokenizer, build_vocabulary, distillation_loss,
                                    load_student, save_student, student_features, student_logits)

@@ -20,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from minibert import hub
-from minibert.hub import (
+from minibert.support import hub
+from minibert.support.hub import (
     BUNDLED_MODEL_NAME,
     download_model,
     known_model_names,
@@ -29,7 +29,7 @@ from minibert.hub import (
     resolve_model_dir,
     unpack_archive,
 )
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 BERT_NAME = "bert-uncased-L-2-H-128"
 BERT_PATH = "/bert_models/2020_02_20/uncased_L-2_H-128_A-2.zip"

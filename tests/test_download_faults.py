@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from minibert import hub
+from minibert.support import hub
 from minibert.checkpoints import load_pretrained
-from minibert.errors import MiniBertError
-from minibert.hub import ByteBudget, copy_member, resolve_model_dir, unpack_archive
+from minibert.support.errors import MiniBertError
+from minibert.support.hub import ByteBudget, copy_member, resolve_model_dir, unpack_archive
 from minibert.tokenization import load_tokenizer
 from test_download import (  # noqa: F401, F811 (server and cache are the shared fixtures)
     ALBERT_FILES, ALBERT_NAME, ALBERT_PATH, ALBERT_TAR, BERT_FILES, BERT_NAME, BERT_PATH,
@@ -238,7 +238,7 @@ def wait_until(condition, what, seconds=30):
 def test_two_processes_download_once(server, cache, tmp_path):
     server.mode = "gate"  # the first download stops after 3000 bytes until the gate opens
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    code = "from minibert.hub import resolve_model_dir; print(resolve_model_dir(%r))" % BERT_NAME
+    code = "from minibert.support.hub import resolve_model_dir; print(resolve_model_dir(%r))" % BERT_NAME
 
     def start(log):
         return subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env,

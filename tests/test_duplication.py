@@ -7,7 +7,7 @@ import torch
 
 from minibert import duplication
 from minibert.checkpoints import load_pretrained
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from helpers import run_script, run_script_in_process
 from tiny_models import save_tiny_model
 

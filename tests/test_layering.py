@@ -31,7 +31,7 @@ def imports_of(path, modules):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name in modules}
         elif isinstance(node, ast.ImportFrom) and node.module in modules:
-            for alias in node.names:  # `from minibert import hub` names a module; `import X` from a module names a value
+            for alias in node.names:  # `from minibert.support import hub` names a module; `import X` from a module names a value
                 submodule = f"{node.module}.{alias.name}"
                 found.add(submodule if submodule in modules else node.module)
     found.discard("minibert")  # the package facade imports its submodules lazily, by name
@@ -76,11 +76,11 @@ def test_package_imports_form_no_cycle():
 
 
 def test_model_depends_only_on_the_error_type():
-    assert import_graph()["minibert.model"] == {"minibert.errors"}
+    assert import_graph()["minibert.model"] == {"minibert.support.errors"}
 
 
 def test_tokenization_and_checkpoints_share_hub_and_protobuf_from_below():
     graph = import_graph()
     assert "minibert.checkpoints" not in graph["minibert.tokenization"]
-    assert {"minibert.hub", "minibert.protobuf"} <= graph["minibert.tokenization"]
-    assert not any(name.startswith("minibert.checkpoints") for name in graph["minibert.hub"])
+    assert {"minibert.support.hub", "minibert.support.protobuf"} <= graph["minibert.tokenization"]
+    assert not any(name.startswith("minibert.checkpoints") for name in graph["minibert.support.hub"])

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModel
 from minibert.pretraining import MaskedLMObjective, pretrain
 from minibert.pretraining_data import (build_token_cache, check_token_cache, mask_tokens, split_sentences,
@@ -212,7 +212,7 @@ def test_bundled_model_predicts_masked_tokens_of_a_held_out_book(tmp_path):
 
 
 def test_vocab_config_mismatch_and_incompatible_resume_are_clear_errors(corpus_and_tokenizer, tmp_path):
-    from minibert.errors import MiniBertError
+    from minibert.support.errors import MiniBertError
     files, tokenizer = corpus_and_tokenizer
     wrong_vocab = tiny_config(tokenizer.vocab_size + 1)
     with pytest.raises(MiniBertError, match="vocab_size"):

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from minibert import probing
 from minibert.checkpoints import load_pretrained
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.model import BertModel, MaskedLMHead
 from minibert.tokenization import load_tokenizer
 from helpers import run_script, run_script_in_process

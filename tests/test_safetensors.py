@@ -24,8 +24,8 @@ from minibert.checkpoints.safetensors import (  # noqa: E402
     read_safetensors_metadata,
     save_safetensors,
 )
-from minibert.errors import MiniBertError  # noqa: E402
-from minibert.fileio import atomic_write, read_json_object  # noqa: E402
+from minibert.support.errors import MiniBertError  # noqa: E402
+from minibert.support.fileio import atomic_write, read_json_object  # noqa: E402
 from tiny_models import save_tiny_model  # noqa: E402
 
 

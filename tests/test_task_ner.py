@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from minibert import finetuning
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModelOutput
 from minibert.tasks.ner import IGNORED, NerExamples, NerTask, chunk_starts
 from minibert.tasks.readers import NerSentence

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.tasks.readers import (ClassificationExample, SquadQuestion, detect_format, misaligned_answers,
                                     read_conll, read_mnli, read_mrpc, read_qqp, read_snli, read_squad, read_sst2,
                                     read_task_file, split_examples, write_conll_predictions)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from minibert import finetuning
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.metrics import squad_v1_metrics, squad_v2_metrics
 from minibert.model import BertModelOutput
 from minibert.tasks.readers import SquadQuestion

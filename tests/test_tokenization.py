@@ -31,7 +31,7 @@ import unicodedata
 import pytest
 import torch
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from helpers import varint
 from minibert.tokenization import (
     BERT_SPECIAL_TOKENS,
@@ -371,9 +371,9 @@ def test_load_by_name_goes_through_the_hub(tmp_path, monkeypatch):
         asked.append(name_or_path)
         return tmp_path / "resolved"
 
-    fake_hub = types.ModuleType("minibert.hub")
+    fake_hub = types.ModuleType("minibert.support.hub")
     fake_hub.resolve_model_dir = resolve_model_dir
-    monkeypatch.setitem(sys.modules, "minibert.hub", fake_hub)
+    monkeypatch.setitem(sys.modules, "minibert.support.hub", fake_hub)
     assert load_tokenizer("some-model-name").tokenize("hello worlds") == ["hello", "world", "##s"]
     assert load_tokenizer(None).kind == "wordpiece"
     assert asked == ["some-model-name", None]

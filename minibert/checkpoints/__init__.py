@@ -37,8 +37,8 @@ from minibert.checkpoints.deberta_names import (POSITION_TABLE, deberta_tensor_n
 from minibert.checkpoints.name_maps import (LoadReport, detect_heads, expand, module_rows, normalize_hf_names,
                                             normalize_tf_names, tied_copy_rows)
 from minibert.deberta import MODEL_TYPES as DEBERTA_MODEL_TYPES, DebertaConfig, DebertaModel
-from minibert.errors import MiniBertError
-from minibert.fileio import atomic_write, read_json_object, write_json
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write, read_json_object, write_json
 from minibert.model import ALBERT_DEFAULTS, BertConfig, BertModel, MaskedLMHead
 from minibert.tokenization import TOKENIZER_FILES, load_tokenizer
 
@@ -56,7 +56,7 @@ def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, fo
     `load_report` says what was loaded and skipped; `source_dir` is the folder.
     `force_download=True` deletes the cached download of a known name and
     downloads it again (e.g. after an error saying the cached copy is bad)."""
-    from minibert.hub import explain_cache_error, resolve_model_dir
+    from minibert.support.hub import explain_cache_error, resolve_model_dir
     folder = Path(resolve_model_dir(name_or_path, force_download=force_download))
 
     try:

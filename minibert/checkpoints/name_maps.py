@@ -19,7 +19,7 @@ minibert.checkpoints.name_maps bert`). Sources: docs/formats.md sections 1.3, 2.
 import sys
 from dataclasses import dataclass, field
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 LINEAR, LAYER_NORM, EMBEDDING, PARAM = "linear", "layer_norm", "embedding", "param"
 

@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minibert.errors import MiniBertError
-from minibert.fileio import atomic_write
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write
 
 MAX_HEADER_BYTES = 100_000_000  # the reference reader's limit
 METADATA_KEY = "__metadata__"

@@ -11,7 +11,7 @@ head, computes its loss, turns outputs into predictions and scores them with
 minibert.metrics (the interface is described in minibert/finetuning.py).
 """
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 CLASSIFICATION = ("sst2", "snli", "mnli", "mrpc", "qqp")
 TASK_NAMES = (*CLASSIFICATION, "conll2003", "squad")

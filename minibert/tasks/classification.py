@@ -13,8 +13,8 @@ import numpy as np
 import torch.nn.functional as F
 
 from minibert import metrics
-from minibert.errors import MiniBertError
-from minibert.fileio import atomic_write
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write
 from minibert.finetuning import OutputLayer
 
 # task -> (its labels as written in the data, whether the official metrics add

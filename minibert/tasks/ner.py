@@ -29,7 +29,7 @@ import numpy as np
 import torch.nn.functional as F
 
 from minibert import metrics
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 from minibert.finetuning import OutputLayer
 from minibert.tasks.readers import read_conll, write_conll_predictions
 

@@ -36,8 +36,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from minibert.errors import MiniBertError
-from minibert.fileio import atomic_write, read_json_object
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write, read_json_object
 
 # Each classification task's labels, as written in its files.
 TASK_LABELS = {

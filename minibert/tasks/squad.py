@@ -40,8 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minibert import metrics
-from minibert.errors import MiniBertError
-from minibert.fileio import write_json
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import write_json
 
 # What task.json keeps of the task, so that a loaded model makes its
 # features and predictions as it was trained (SquadTask.settings).

@@ -15,7 +15,7 @@ Wire types (https://protobuf.dev/programming-guides/encoding/):
 
 import struct
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 
 def read_varint(buf, pos, what="protobuf message"):

@@ -7,7 +7,7 @@ fine-tuning move their batches with `move_to_device`.
 
 import torch
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 
 def choose_device(name="auto"):

@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -133,7 +133,7 @@ def probability(include_zero=False, include_one=True):
 
 def device(text):
     """--device: auto, cpu, cuda, cuda:N or mps, present on this machine. Returns a torch.device."""
-    from minibert.devices import choose_device     # imports torch, so only once a flag is read
+    from minibert.support.devices import choose_device     # imports torch, so only once a flag is read
     try:
         return choose_device(text)
     except MiniBertError as e:                      # its message starts "--device NAME"; argparse names the flag

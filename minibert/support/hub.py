@@ -102,8 +102,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from tqdm import tqdm
 
-from minibert.errors import MiniBertError
-from minibert.fileio import read_json_object, write_json
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import read_json_object, write_json
 
 try:
     import fcntl  # Unix only
@@ -111,7 +111,7 @@ except ImportError:
     fcntl = None
 
 BUNDLED_MODEL_NAME = "minibert-gutenberg"
-BUNDLED_MODEL_DIR = Path(__file__).parent / "pretrained" / "minibert-gutenberg"
+BUNDLED_MODEL_DIR = Path(__file__).parent.parent / "pretrained" / "minibert-gutenberg"
 
 OFFICIAL_URL_PREFIX = "https://storage.googleapis.com"
 HF_URL_PREFIX = "https://huggingface.co"

@@ -25,7 +25,7 @@ import os
 import secrets
 from pathlib import Path
 
-from minibert.errors import MiniBertError
+from minibert.support.errors import MiniBertError
 
 
 def temporary_name(path):
