@@ -36,8 +36,9 @@ examples:
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run
+from minibert.tasks.registry import CLASSIFICATION
 
-TASKS = ["sst2", "snli", "mnli", "mrpc", "qqp"]
+TASKS = list(CLASSIFICATION)          # the sentence(-pair) classification tasks
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
@@ -157,7 +158,7 @@ def main(argv=None):
 
 
 def settings_from(args):
-    from minibert.distillation import DistillationSettings
+    from minibert.support.distillation_settings import DistillationSettings
     return DistillationSettings(
         embeddings=args.embeddings, embedding_dim=args.embedding_dim, hidden_size=args.hidden_size,
         fc_size=args.fc_size, pooling=args.pooling, dropout=args.dropout, min_count=args.min_count,
@@ -172,7 +173,7 @@ def settings_from(args):
 
 def results_table(summary, title):
     """What the run gives, one line each: the student's metrics, the teacher's, sizes and times."""
-    from minibert.finetuning import format_metrics
+    from minibert.support.reports import format_metrics
     rows = {f"student {k}": v for k, v in (summary["best"] or {}).items()}
     rows.update({f"teacher {k}": v for k, v in (summary["teacher_metrics"] or {}).items()})
     rows["student parameters"] = f"{summary['parameters']:,}"
@@ -190,7 +191,7 @@ def distil(args):
 
     from minibert import distillation
     from minibert.support.errors import MiniBertError
-    from minibert.finetuning import json_safe
+    from minibert.support.reports import json_safe
     from minibert.support.fileio import write_json
 
     output = cli.output_folder(args.output)
@@ -228,11 +229,13 @@ def predict_or_evaluate(args):
 
     from minibert import distillation
     from minibert.support.fileio import write_json
-    from minibert.finetuning import format_metrics
+    from minibert.support.reports import format_metrics
 
     path = Path(args.predict or args.eval)
-    task, examples, predictions = distillation.predict_file(args.student, path, device=args.device,
-                                                            batch_size=args.eval_batch_size, progress=not args.quiet)
+    model, tokenizer, task = distillation.load_student(args.student)
+    examples = task.read(path)
+    predictions = distillation.predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,
+                                               device=args.device, progress=not args.quiet)
     if args.predict:
         output = cli.output_file(args.output)
         cli.make_parent_folder(output)

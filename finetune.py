@@ -41,12 +41,11 @@ examples:
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run
-
-TASKS = ["sst2", "snli", "mnli", "mrpc", "qqp", "conll2003", "squad"]
+from minibert.tasks.registry import TASK_NAMES
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
-what.add_argument("--task", choices=TASKS, help="fine-tune on this task (needs --train and --output)")
+what.add_argument("--task", choices=TASK_NAMES, help="fine-tune on this task (needs --train and --output)")
 what.add_argument("--model", help="fine-tune: the pretrained model (default: the bundled model); "
                                   "predict/evaluate: a fine-tuned folder")
 what.add_argument("--ensemble", nargs="+", metavar="DIR", help="fine-tuned folders whose probabilities are averaged")
@@ -160,6 +159,7 @@ def fine_tune(args):
     from minibert import finetuning
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import write_json
+    from minibert.support.reports import format_metrics, json_safe
     from minibert.tasks import make_task, split_for_evaluation
 
     output = cli.output_folder(args.output)
@@ -191,10 +191,10 @@ def fine_tune(args):
     if best is not None:
         record = {"task": args.task, "evaluated_on": eval_name, **best}
         write_json(output / "metrics.json", record)
-        print(finetuning.format_metrics(best, f"{args.task}, best epoch, on {eval_name}"))
+        print(format_metrics(best, f"{args.task}, best epoch, on {eval_name}"))
     print(f"saved to {output} ({summary['seconds']:.0f} s, {summary['end_step']} steps)")
     if args.json:
-        write_json(args.json, finetuning.json_safe(summary))
+        write_json(args.json, json_safe(summary))
     return 0
 
 
@@ -203,6 +203,7 @@ def predict_or_evaluate(args):
 
     from minibert import finetuning
     from minibert.support.fileio import write_json
+    from minibert.support.reports import format_metrics
     from minibert.tasks import make_task, split_for_evaluation
 
     folders = args.ensemble or [args.model]
@@ -224,7 +225,7 @@ def predict_or_evaluate(args):
         return 0
     metrics = task.metrics(examples, predictions)
     title = f"{task.name} on {path}" + (f" (ensemble of {len(folders)})" if len(folders) > 1 else "")
-    print(finetuning.format_metrics(metrics, title))
+    print(format_metrics(metrics, title))
     if args.json:
         write_json(args.json, {"task": task.name, "evaluated_on": str(path), "models": [str(f) for f in folders],
                                **metrics})

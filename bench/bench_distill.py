@@ -50,9 +50,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.common import environment  # noqa: E402
 from minibert.augment import split_words  # noqa: E402
 from minibert.checkpoints import load_pretrained  # noqa: E402
-from minibert.distillation import (WordTokenizer, build_vocabulary, collate_student, count_parameters,  # noqa: E402
-                                   load_student, student_logits)
+from minibert.distillation import collate_student, student_logits  # noqa: E402
+from minibert.support.distillation_run import parameter_counts  # noqa: E402
+from minibert.support.student_folder import load_student  # noqa: E402
+from minibert.support.student_tokenizers import WordTokenizer, build_vocabulary  # noqa: E402
 from minibert.finetuning import TaskModel, add_pooler_if_missing, collate, load_task_model  # noqa: E402
+from minibert.heads import IGNORE_INDEX  # noqa: E402
 from minibert.lstm import BiLSTMClassifier, StudentConfig  # noqa: E402
 from minibert.model import BertConfig, BertModel  # noqa: E402
 from minibert.tasks import make_task  # noqa: E402
@@ -118,11 +121,12 @@ def build_teacher(args):
     if (args.teacher / "task.json").is_file():
         model, _, tokenizer, _ = load_task_model(args.teacher, make_task)
         return model.eval(), tokenizer
-    encoder = load_pretrained(args.teacher)
+    base_model = load_pretrained(args.teacher)
     torch.manual_seed(0)
-    add_pooler_if_missing(encoder)
+    add_pooler_if_missing(base_model)
     task = ClassificationTask("sst2")
-    return TaskModel(encoder, task.make_head(encoder.config), task.uses_pooler).eval(), load_tokenizer(args.teacher)
+    model = TaskModel(base_model, task.make_head(base_model.config), task.uses_pooler)
+    return model.eval(), load_tokenizer(args.teacher)
 
 
 def build_bert_base(vocab_size):
@@ -130,13 +134,13 @@ def build_bert_base(vocab_size):
     config = BertConfig(vocab_size=max(vocab_size, 30522), hidden_size=768, num_hidden_layers=12,
                         num_attention_heads=12, intermediate_size=3072)
     torch.manual_seed(0)
-    encoder = BertModel(config, with_pooler=True, with_mlm_head=False, with_pair_head=False)
+    base_model = BertModel(config, with_pooler=True, with_mlm_head=False, with_pair_head=False)
     task = ClassificationTask("sst2")
-    return TaskModel(encoder, task.make_head(config), task.uses_pooler).eval()
+    return TaskModel(base_model, task.make_head(config), task.uses_pooler).eval()
 
 
 def student_batches(batches, tokenizer):
-    return [collate_student([{"input_ids": ids, "labels": -100} for ids in tokenizer.encode_many(batch)],
+    return [collate_student([{"input_ids": ids, "labels": IGNORE_INDEX} for ids in tokenizer.encode_many(batch)],
                             tokenizer.pad_id) for batch in batches]
 
 
@@ -193,7 +197,8 @@ def main():
     student, tokenizer = build_student(args, sentences)
     contenders = {STUDENT: (student, student_batches(batches, tokenizer), forward_student),
                   TEACHER: (teacher, bert_batches(batches, teacher_tokenizer, args.max_seq_len), forward_bert)}
-    parameters = {STUDENT: count_parameters(student)[0], TEACHER: sum(p.numel() for p in teacher.parameters())}
+    parameters = {STUDENT: parameter_counts(student)["parameters"],
+                  TEACHER: sum(p.numel() for p in teacher.parameters())}
     if not args.no_bert_base:
         contenders[BERT_BASE] = (build_bert_base(teacher_tokenizer.vocab_size), contenders[TEACHER][1], forward_bert)
         parameters[BERT_BASE] = sum(p.numel() for p in contenders[BERT_BASE][0].parameters())
@@ -226,7 +231,7 @@ def main():
         results["rows"][name] = row
         print(f"{name:10s} {parameters[name]:12,d} {median:9.3f} {row['min_s']:7.3f} {row['sentences_per_s']:12.0f} "
               f"{row['tokens_per_s']:9.0f} {speedup:15.1f}x")
-    student_without_embeddings = count_parameters(student)[1]
+    student_without_embeddings = parameter_counts(student)["parameters_without_embeddings"]
     results["student_parameters_without_embeddings"] = student_without_embeddings
     print(f"student parameters without the embedding table: {student_without_embeddings:,} "
           f"(Tang et al.'s 0.96M counts these)")

@@ -1,15 +1,15 @@
-"""Fine-tuning benchmark (issue 4): minibert's SST-2 pipeline vs transformers'.
+"""Fine-tuning benchmark: minibert's SST-2 pipeline vs transformers'.
 
 Both contenders go once through the same first N SST-2 training examples
 (one epoch, one optimizer step per batch of 32) starting from the same
 weights, fp32 (or both under bf16 autocast with --bf16), on the same threads:
 
-  minibert      load_pretrained + add_pooler_if_missing + TaskModel(encoder,
+  minibert      load_pretrained + add_pooler_if_missing + TaskModel(base_model,
                 ClassificationTask("sst2").make_head(...)), fed by
                 LengthGroupedBatches (its own batching: each batch holds
                 sentences of similar length, the batches come in random
-                order); loss = Objective(task).losses / count, the mean
-                cross-entropy, as finetune.py trains
+                order); loss = task.loss, the mean cross-entropy, as
+                finetune.py trains
   transformers  BertForSequenceClassification.from_pretrained(..., num_labels=2)
                 in train mode, fed by a torch DataLoader over a shuffled order
                 with DataCollatorWithPadding (dynamic padding to each batch's
@@ -57,8 +57,8 @@ import transformers
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.common import environment  # noqa: E402
 from minibert.checkpoints import load_pretrained  # noqa: E402
-from minibert.finetuning import (LengthGroupedBatches, Objective, TaskModel, add_pooler_if_missing,  # noqa: E402
-                                 collate)
+from minibert.finetuning import (LengthGroupedBatches, TaskModel, add_pooler_if_missing, collate,  # noqa: E402
+                                 model_logits)
 from minibert.tasks.classification import ClassificationTask  # noqa: E402
 from minibert.tokenization import load_tokenizer  # noqa: E402
 from minibert.training import make_optimizer, warmup_then_linear_decay  # noqa: E402
@@ -115,14 +115,14 @@ def their_batches(features, args, tokenizer, epoch):
 
 def build(args, task):
     """(ours, theirs) in train mode, with the same encoder, pooler and classifier weights."""
-    encoder = load_pretrained(args.model)
-    fresh_pooler = encoder.pooler is None
+    base_model = load_pretrained(args.model)
+    fresh_pooler = base_model.pooler is None
     torch.manual_seed(args.seed)
-    add_pooler_if_missing(encoder)
-    ours = TaskModel(encoder, task.make_head(encoder.config), task.uses_pooler)
+    add_pooler_if_missing(base_model)
+    ours = TaskModel(base_model, task.make_head(base_model.config), task.uses_pooler)
     theirs = transformers.BertForSequenceClassification.from_pretrained(args.model, num_labels=len(task.labels))
     if fresh_pooler:   # no pooler in the checkpoint: both got a fresh one; give transformers ours
-        theirs.bert.pooler.dense.load_state_dict(ours.encoder.pooler.dense.state_dict())
+        theirs.bert.pooler.dense.load_state_dict(ours.base_model.pooler.dense.state_dict())
     theirs.classifier.load_state_dict(ours.head.classifier.state_dict())
     return ours.train(), theirs.train()
 
@@ -155,15 +155,14 @@ def optimizer_groups(model, args):
 # ----------------------------------------------------------------------------
 
 
-def loss(name, model, batch, objective):
+def loss(name, model, batch, task):
     """The mean cross-entropy of the batch."""
     if name == OURS:
-        loss_sum, _ = objective.losses(model, batch)["classification"]
-        return loss_sum / len(batch["labels"])
+        return task.loss(model_logits(model, batch), batch)
     return model(**batch).loss
 
 
-def train_pass(name, model, batches, total_steps, args, objective, max_steps=None):
+def train_pass(name, model, batches, total_steps, args, task, max_steps=None):
     """One pass over `batches`, one optimizer step per batch. Returns (seconds, losses, real tokens, padded tokens)."""
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
     scheduler = warmup_then_linear_decay(optimizer, int(args.warmup * total_steps), total_steps)
@@ -177,7 +176,7 @@ def train_pass(name, model, batches, total_steps, args, objective, max_steps=Non
         real += int(batch["attention_mask"].sum())
         padded += batch["attention_mask"].numel()
         with autocast:
-            value = loss(name, model, batch, objective)
+            value = loss(name, model, batch, task)
         value.backward()
         if args.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
@@ -238,11 +237,10 @@ def main():
     diff = check_parity(ours, theirs, our_features, pad_id)
     groups = {OURS: optimizer_groups(ours, args), THEIRS: optimizer_groups(theirs, args)}
     assert [e for _, e in groups[OURS]] == [e for _, e in groups[THEIRS]], f"optimizer groups differ: {groups}"
-    objective = Objective(task)
     total_steps = math.ceil(len(our_features) / args.batch_size)
     attention = getattr(theirs.config, "_attn_implementation", "?")
     print(f"model {args.model.name if args.model.name != 'model' else args.model}: "
-          f"L{ours.encoder.config.num_hidden_layers} H{ours.encoder.config.hidden_size}, "
+          f"L{ours.base_model.config.num_hidden_layers} H{ours.base_model.config.hidden_size}, "
           f"{sum(p.numel() for p in ours.parameters()):,} parameters; transformers attention: {attention}")
     print(f"parity: same token ids for all {len(our_features)} examples; initial logits (eval mode) max |diff| "
           f"{diff:.1e}; AdamW groups (decay, no decay) {groups[OURS][0][1]:,} / {groups[OURS][1][1]:,} "
@@ -257,7 +255,7 @@ def main():
     if args.warmup_steps:
         for name in (OURS, THEIRS):
             model = copy.deepcopy(pristine[name])
-            train_pass(name, model, batches(name, 10**6), total_steps, args, objective, max_steps=args.warmup_steps)
+            train_pass(name, model, batches(name, 10**6), total_steps, args, task, max_steps=args.warmup_steps)
             del model
 
     runs = {name: [] for name in pristine}
@@ -267,7 +265,7 @@ def main():
             model = copy.deepcopy(pristine[name])
             gc.collect()
             torch.manual_seed(args.seed * 1000 + r)          # dropout
-            seconds, losses, real, padded = train_pass(name, model, batches(name, r), total_steps, args, objective)
+            seconds, losses, real, padded = train_pass(name, model, batches(name, r), total_steps, args, task)
             first, last = first_last(losses)
             runs[name].append({"seconds": seconds, "steps": len(losses), "loss_first": first, "loss_last": last,
                                "real_tokens": real, "padded_tokens": padded})

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# BERT vs DeBERTa, controlled (issue 10): one size, one vocabulary, one corpus,
+# BERT vs DeBERTa, controlled: one size, one vocabulary, one corpus,
 # one set of held-out books, the same steps, batch, learning rate, seed and
 # data order; only the architecture differs (train_mlm.py --arch bert|deberta).
 #
 #   1. prep      the WordPiece vocabulary and the token caches, once
 #                (train_mlm.py --steps 0), shared by both runs
 #   2. pretrain  BERT and DeBERTa with train_mlm.py, the bundled model's
-#                recipe (README, "The bundled model"): 6 layers, hidden 256,
+#                recipe (docs/results.md 1): 6 layers, hidden 256,
 #                4 heads, intermediate 1024, vocabulary 12,000, sequences of
 #                128, batch 256, peak LR 1e-3 after 1,000 warm-up steps, MLM
 #                only, dropout 0.1; Alice (pg11), Frankenstein (pg84) and
@@ -55,7 +55,7 @@ VOCAB_SIZE=${VOCAB_SIZE:-12000}
 CORPUS=${CORPUS:-../shared/data/corpus}
 HELDOUT=${HELDOUT:-"pg11_ pg84_ pg1661_"}
 SST2=${SST2:-../shared/data/sst2}
-# fine-tuning (README's SST-2 command), one run per seed
+# fine-tuning (the SST-2 command of docs/results.md 4.1), one run per seed
 FT_EPOCHS=${FT_EPOCHS:-2}
 FT_LR=${FT_LR:-5e-5}
 FT_BATCH=${FT_BATCH:-32}

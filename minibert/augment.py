@@ -32,15 +32,14 @@ eligible for masking.
 
 Sentence pairs (SNLI, MRPC) are "augmented consistently": see `augment_pair`.
 
-Everything is lower-cased and split by `split_words`; the samples are words
-joined by single spaces. Each source example draws from its own
-numpy Generator seeded with seed_from(seed, "augment", index), so its samples
+Everything is lower-cased and split by `split_words` (support/words.py);
+the samples are words joined by single spaces. Each source example draws
+from its own numpy Generator seeded with seed_from(seed, "augment", index), so its samples
 do not depend on the other examples or on the order of processing.
 
 Reference: [Tang] arXiv:1903.12136, section 3.
 """
 
-import re
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -48,16 +47,7 @@ from tqdm import tqdm
 
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
-
-MASK = "[MASK]"
-
-_WORD = re.compile(r"\w+|[^\w\s]")
-
-
-def split_words(text):
-    """Lower-cased words and punctuation marks: "Don't!" -> don ' t !"""
-    return _WORD.findall(text.lower())
-
+from minibert.support.words import MASK, split_words, tagged_lines
 
 # ----------------------------------------------------------------------------
 # The part-of-speech lexicon
@@ -103,7 +93,7 @@ class PosLexicon:
         counts = defaultdict(Counter)
         for path in paths:
             lines = 0
-            for number, fields in _tagged_lines(path):
+            for number, fields in tagged_lines(path):
                 if len(fields) < 2:
                     raise MiniBertError(f"{path}: line {number}: one column {fields[0]!r}; "
                                         f"expected 'word TAG' (a word and its part-of-speech tag)")
@@ -132,21 +122,6 @@ class PosLexicon:
 
     def __len__(self):
         return len(self._tag)
-
-
-def _tagged_lines(path):
-    """(1-based line number, whitespace-separated fields) of each line that is
-    neither blank nor a CoNLL "-DOCSTART-" line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                fields = line.split()
-                if fields and fields[0] != "-DOCSTART-":
-                    yield number, fields
-    except UnicodeDecodeError:
-        raise MiniBertError(f"{path}: not UTF-8 text") from None
-    except OSError as e:
-        raise MiniBertError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
 _EMPTY_LEXICON = PosLexicon({})

@@ -1,10 +1,11 @@
 """DeBERTa (v1, v2 and v3) in one file, reusing BERT's pieces from model.py.
 
-Read it after model.py, top to bottom: config, relative positions,
-disentangled attention, embeddings, layer and encoder, the Enhanced Mask
-Decoder, and the model. Only what differs from BERT is written here; the
-feed-forward block, the post-LN residual sums, LayerNorm, the activations,
-the tied MLM head and the output type come from model.py unchanged.
+Read it after model.py, top to bottom: config, relative positions, the
+disentangled attention score (written out as the paper's equation, then the
+fast gather the model runs), embeddings, layer and encoder, the Enhanced
+Mask Decoder, and the model. Only what differs from BERT is written here;
+the feed-forward block, the post-LN residual sums, LayerNorm, the
+activations, the tied MLM head and the output type come from model.py.
 
 References
   [DeBERTa] He, Liu, Gao, Chen 2020, "DeBERTa: Decoding-enhanced BERT with
@@ -15,11 +16,10 @@ References
   The released code: github.com/microsoft/DeBERTa ("the official code"), and
   Hugging Face transformers' modeling_deberta.py / modeling_deberta_v2.py.
   docs/deberta.md has the details this file relies on, by section: the
-  score (1.1), relative indices and log buckets (1.2), parameter layouts
-  (1.3, 4.3-4.5), padding (1.6), EMD (2). Paper section and equation numbers
-  below (3.1 disentangled attention, Eq. 3-4; 3.2 EMD) are as docs/deberta.md
-  gives them, not checked against the paper's PDF; where paper and code
-  differ, this file follows the code.
+  score (1.1), relative indices and log buckets (1.2), padding (1.6), EMD
+  (2). Paper section and equation numbers below (3.1 disentangled attention,
+  Eq. 2-4; 3.2 EMD) are as docs/deberta.md gives them; where paper and code
+  differ, this file follows the code, which the checkpoints were trained with.
 
 What DeBERTa changes, against BERT:
   1. No absolute positions at the input (position_biased_input false).
@@ -42,25 +42,9 @@ v1 and v2/v3 are one implementation with switches (`model_type`):
     v2-xlarge/xxlarge models a convolution branch after layer 0 (conv_kernel_size).
     v3 is v2's encoder pre-trained another way ([DeBERTaV3]: ELECTRA's replaced
     token detection); its discriminator head is not part of this file.
-
-Parameter layout, and v1's fused projection
-  One attention class serves both versions, in v2's layout: separate `query`,
-  `key`, `value` projections, and `relative_key` (W_k,r, for c2p) and
-  `relative_query` (W_q,r, for p2c) when share_att_key is false. v1's files
-  store Q, K and V as one fused `in_proj` (no bias) plus `q_bias`, `v_bias`,
-  and `pos_proj` (no bias), `pos_q_proj` (bias). A v1 model therefore has
-  exactly v1's parameters, renamed: its `key` and `relative_key` have no bias
-  (v1 has none to put there), and
-
-      in_proj.weight [3H, H]  <-> query.weight, key.weight, value.weight
-                                  (split_v1_in_proj / fuse_v1_in_proj below)
-      q_bias                  <-> query.bias
-      v_bias                  <-> value.bias
-      pos_proj.weight         <-> relative_key.weight
-      pos_q_proj.{weight,bias} <-> relative_query.{weight,bias}
-
-  The newest official code converts v1 files the same way (docs/deberta.md 4.5);
-  the map is exact in both directions, so a v1 model saved back is a v1 file.
+One attention class serves both, in v2's layout (separate query, key, value);
+v1's files fuse them into one `in_proj`, which the checkpoint code splits on
+load and fuses on save (minibert/checkpoints/deberta_names.py).
 
 Shapes in comments: B batch, T sequence length, H hidden size, E embedding
 size, A heads, D head size, V vocab, S attention span (the relative table has
@@ -75,13 +59,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minibert.support.errors import MiniBertError
 from minibert.model import (ACTIVATIONS, Activation, BertModel, BertModelOutput, LayerNorm, MaskedLMHead, Pooler,
-                            TransformerLayer, check_encoder_fields, field_error, is_int, is_number, merge_heads,
-                            split_heads)
+                            TransformerLayer, merge_heads, split_heads)
+from minibert.support.config_checks import DEBERTA_MODEL_TYPES, check_deberta_config, check_deberta_json, named_by
+from minibert.support.errors import MiniBertError
 
-MODEL_TYPES = ("deberta", "deberta-v2")
-RELATIVE_TERMS = ("c2p", "p2c")   # the official code's "p2p" is in no released model and not supported
+MODEL_TYPES = DEBERTA_MODEL_TYPES  # "deberta" (v1), "deberta-v2" (v2 and v3)
 EMD_STEPS = 2                      # [DeBERTa] 3.2: n = 2 decoder layers, sharing weights
 
 # ----------------------------------------------------------------------------
@@ -141,25 +124,24 @@ class DebertaConfig:
             self.pos_att_type = []
         self.validate()
 
+    def validate(self):
+        """Each field's type and range, or a MiniBertError naming the field
+        (the checks are support code: minibert/support/config_checks.py)."""
+        check_deberta_config(self, ACTIVATIONS)
+
     @classmethod
     def from_dict(cls, values, source="config"):
         """A config from a Hugging Face config.json's fields; unknown keys are
         ignored. A "deberta-v2" config that leaves a size out gets
         DebertaV2Config's default (V2_DEFAULTS). `source` names the file in
         error messages."""
-        if not isinstance(values, dict):
-            raise MiniBertError(f"{source}: expected a JSON object of config fields, got {type(values).__name__}")
-        if values.get("talking_head"):
-            raise MiniBertError(f"{source}: config field 'talking_head' = true is not supported "
-                                f"(no released DeBERTa uses it)")
+        check_deberta_json(values, source)
         known = {f.name for f in fields(cls)}
         chosen = {k: v for k, v in values.items() if k in known}
         if chosen.get("model_type") == "deberta-v2":
             chosen = {**V2_DEFAULTS, **chosen}
-        try:
+        with named_by(source):
             return cls(**chosen)
-        except MiniBertError as e:
-            raise MiniBertError(f"{source}: {e}") from None
 
     def to_dict(self):
         """The fields of a Hugging Face config.json (model_type included);
@@ -168,8 +150,6 @@ class DebertaConfig:
         values = asdict(self)
         del values["written_out"]
         return {k: v for k, v in values.items() if v is not None}
-
-    # -- derived sizes ---------------------------------------------------------
 
     @property
     def is_v1(self):
@@ -203,68 +183,14 @@ class DebertaConfig:
         relative_attention is false, as both released codes do."""
         return 1 + len(self.pos_att_type)
 
-    def depth_plan(self):
-        """Which layer runs at each depth (BertConfig's method): each its own."""
-        return list(range(self.num_hidden_layers))
-
-    # -- validation ------------------------------------------------------------
-
-    def validate(self):
-        """Every field has the type and range the model needs, or a
-        MiniBertError names the field, its value and what was expected."""
-        check_encoder_fields(self)              # what BERT's config checks too; then what DeBERTa adds
-        fail = field_error(self)
-        if not is_int(self.conv_groups) or self.conv_groups < 1:
-            fail("conv_groups", "a positive integer")
-        for name in ("type_vocab_size", "conv_kernel_size"):
-            if not is_int(getattr(self, name)) or getattr(self, name) < 0:
-                fail(name, "an integer >= 0")
-        for name in ("max_relative_positions", "position_buckets"):
-            if not is_int(getattr(self, name)):
-                fail(name, "an integer (< 1 for the default)")
-        if not is_number(self.pooler_dropout) or not 0 <= self.pooler_dropout < 1:
-            fail("pooler_dropout", "a probability in [0, 1)")
-        for name in ("relative_attention", "position_biased_input", "share_att_key"):
-            if not isinstance(getattr(self, name), bool):
-                fail(name, "true or false")
-        for name in ("conv_act", "pooler_hidden_act"):
-            if not isinstance(getattr(self, name), str) or getattr(self, name) not in ACTIVATIONS:
-                fail(name, f"one of {sorted(ACTIVATIONS)}")
-        if self.model_type not in MODEL_TYPES:
-            fail("model_type", "'deberta' (v1) or 'deberta-v2' (v2 and v3)")
-        if self.attention_head_size not in (None, self.head_size):
-            fail("attention_head_size", f"absent or hidden_size / num_attention_heads ({self.head_size})")
-        terms = self.pos_att_type
-        if (not isinstance(terms, list) or not all(t in RELATIVE_TERMS for t in terms)
-                or len(set(terms)) != len(terms)):
-            fail("pos_att_type", "'c2p', 'p2c' or both ('c2p|p2c'), each once")
-        if not isinstance(self.norm_rel_ebd, str) or not all(
-                part.strip() in ("none", "layer_norm") for part in self.norm_rel_ebd.lower().split("|")):
-            fail("norm_rel_ebd", "'none' or 'layer_norm'")
-        if self.conv_kernel_size and self.conv_kernel_size % 2 == 0:
-            fail("conv_kernel_size", "0 (no convolution) or an odd kernel size (the output keeps its length)")
-        if self.hidden_size % self.conv_groups:
-            fail("conv_groups", f"a divisor of hidden_size ({self.hidden_size})")
-        if self.position_buckets > 0:
-            if self.position_buckets < 2:
-                fail("position_buckets", "at least 2 (or < 1 for no buckets)")
-            if self.max_relative - 1 <= self.position_buckets // 2:
-                fail("position_buckets", f"less than 2 * (max_relative_positions - 1) = {2 * (self.max_relative - 1)}: "
-                                         "the log buckets squeeze the distances beyond position_buckets / 2 "
-                                         "into the ones up to max_relative_positions")
-        if self.is_v1:
-            # v2's switches mean nothing to v1's code (it ignores them); a v1
-            # config that sets one is a config for another model.
-            v2_only = {"position_buckets": self.position_buckets > 0, "share_att_key": self.share_att_key,
-                       "norm_rel_ebd": self.relative_layer_norm, "conv_kernel_size": self.conv_kernel_size > 0}
-            for name, is_set in v2_only.items():
-                if is_set:
-                    fail(name, "its default for model_type 'deberta' (v1); it is a 'deberta-v2' switch")
-
     @property
     def relative_layer_norm(self):
         """Whether P is LayerNorm'd before use (norm_rel_ebd contains "layer_norm")."""
         return "layer_norm" in [part.strip() for part in self.norm_rel_ebd.lower().split("|")]
+
+    def depth_plan(self):
+        """Which layer runs at each depth (BertConfig's method): each its own."""
+        return list(range(self.num_hidden_layers))
 
 
 # What DebertaV2Config assumes where a "deberta-v2" config.json leaves a size
@@ -317,8 +243,64 @@ def relative_index(T, config, device=None):
 
 
 # ----------------------------------------------------------------------------
-# Disentangled attention ([DeBERTa] 3.1, Eq. 4; docs/deberta.md 1.1, 1.3-1.7)
+# Disentangled attention ([DeBERTa] 3.1, Eq. 2 and 4; docs/deberta.md 1.1)
 # ----------------------------------------------------------------------------
+#
+# Each token i is two vectors: its content H_i and its position relative to
+# another token j, P_{delta(i, j)}. The score of query i for key j sums
+# every cross term but position-to-position (Eq. 2), each with its own
+# projections (Eq. 4), per head:
+#
+#     Q = H W_q + b_q    K = H W_k (+ b_k)    K_r = P W_k,r (+ b_k,r)    Q_r = P W_q,r + b_q,r
+#
+#     A[i, j] = ( Q_i . K_j                      content -> content  (c2c, BERT's score)
+#               + Q_i . K_r[delta(i, j)]         content -> position (c2p)
+#               + K_j . Q_r[delta(i, j)] )       position -> content (p2c)
+#               / sqrt(3 D)
+#
+# Two departures of the released code from the paper, which the checkpoints
+# were trained with and which we follow (docs/deberta.md 1.1, 7):
+#   * p2c's index. The paper writes K_j . Q_r[delta(j, i)], the distance
+#     from j to i. Both released codes use the same delta(i, j) as c2p.
+#   * The scale 1 / sqrt(3 D) (BERT: 1 / sqrt(D)): three terms of similar
+#     size, three times the variance; s = 1 + the number of relative terms.
+
+
+def relative_scores_written_out(q, k, K_r, Q_r, delta):
+    """c2p + p2c as the equation reads: for every pair (i, j), look up the
+    row delta(i, j) of the projected table and take its dot product with Q_i
+    (c2p) or K_j (p2c).
+
+    q, k (B, A, T, D); K_r, Q_r (1, A, R, D), either None when its term is
+    not used; delta (T, T). `K_r[0, :, delta]` is (A, T, T, D): entry
+    [a, i, j] is head a's relative key for the pair (i, j). Returns the
+    (B, A, T, T) sum, or 0 when both terms are None."""
+    c2p = torch.einsum("baid,aijd->baij", q, K_r[0, :, delta]) if K_r is not None else 0.0   # Q_i . K_r[delta(i, j)]
+    p2c = torch.einsum("bajd,aijd->baij", k, Q_r[0, :, delta]) if Q_r is not None else 0.0   # K_j . Q_r[delta(i, j)]
+    return c2p + p2c
+
+
+def relative_scores_gathered(q, k, K_r, Q_r, delta):
+    """The same c2p + p2c, the fast way the model runs by default (and the
+    released code's, docs/deberta.md 1.5): one matrix product scores every
+    query against every *row* of the table, (T, R), then gather picks row
+    delta(i, j) for each pair. No (T, T, D) lookup is built.
+
+    Both terms gather along the last, contiguous dimension (gathering along
+    dim -2, as p2c's formula reads, strides through memory and is three
+    times slower on a CPU): p2c scores every key j against every row,
+    K_j . Q_r[row], picks row delta(i, j) with the transposed index, and is
+    transposed back."""
+    B, A, T, _ = q.shape
+    c2p = p2c = 0.0
+    if K_r is not None:
+        every_row = q @ K_r.transpose(-1, -2)                              # (B, A, T, R): Q_i . K_r[row]
+        c2p = every_row.gather(-1, delta.expand(B, A, T, T))               # [i, j] = every_row[i, delta(i, j)]
+    if Q_r is not None:
+        every_row = k @ Q_r.transpose(-1, -2)                              # (B, A, T, R): K_j . Q_r[row]
+        by_key = delta.transpose(0, 1).contiguous().expand(B, A, T, T)     # [j, i] = delta(i, j)
+        p2c = every_row.gather(-1, by_key).transpose(-1, -2)               # [i, j] = every_row[j, delta(i, j)]
+    return c2p + p2c
 
 
 def pairwise_mask(attention_mask):
@@ -350,56 +332,14 @@ def disentangled_attention(q, k, v, relative_scores, mask, scale, dropout_p=0.0)
     return probs @ v                                                        # (B, A, T, D)
 
 
-def split_v1_in_proj(in_proj_weight, num_heads):
-    """v1's fused projection [3H, H] -> (W_q, W_k, W_v), each [H, H].
-
-    v1 views in_proj's 3H outputs as (A, 3D): per head, D query features,
-    then D key features, then D value features (not all queries first), so
-    the weight is reshaped to [A, 3, D, H] and cut along the "3" axis
-    (docs/deberta.md 1.3)."""
-    three_h, H = in_proj_weight.shape
-    if three_h != 3 * H or H % num_heads:
-        raise MiniBertError(f"in_proj.weight of shape {list(in_proj_weight.shape)}: expected [3H, H] with H a "
-                            f"multiple of {num_heads} heads")
-    per_head = in_proj_weight.reshape(num_heads, 3, H // num_heads, H)      # (A, q/k/v, D, H)
-    return tuple(per_head[:, part].reshape(H, H) for part in range(3))
-
-
-def fuse_v1_in_proj(query_weight, key_weight, value_weight, num_heads):
-    """The inverse of split_v1_in_proj: three [H, H] weights -> v1's [3H, H]."""
-    H = query_weight.shape[0]
-    parts = [w.reshape(num_heads, 1, H // num_heads, H) for w in (query_weight, key_weight, value_weight)]
-    return torch.cat(parts, dim=1).reshape(3 * H, H)
-
-
 class DisentangledSelfAttention(nn.Module):
-    """Attention whose score adds two relative-position terms to BERT's
-    content-to-content one. Per head, with P the relative table (2S, H) and
-    delta(i, j) from relative_index:
+    """The score above, in A heads. v2 (share_att_key) projects P with W_q,
+    W_k themselves, biases included; otherwise W_k,r (`relative_key`, c2p)
+    and W_q,r (`relative_query`, p2c) are parameters of their own. v1 has no
+    key biases (b_k, b_k,r): its files have none.
 
-        Q = H_q W_q + b_q     K = H W_k (+ b_k)     V = H W_v + b_v
-        K_r = P W_k,r (+ b_k,r)                     Q_r = P W_q,r + b_q,r
-
-        A[i, j] = ( Q_i . K_j                         content -> content
-                  + Q_i . K_r[delta(i, j)]            content -> position (c2p)
-                  + K_j . Q_r[delta(i, j)] )          position -> content (p2c)
-                  / sqrt(s D),  s = 1 + number of relative terms (3)
-
-    This is [DeBERTa] Eq. 4 as the released code computes it, which is what
-    the checkpoints were trained with (docs/deberta.md 1.1, checklist items 2-3):
-      * p2c: the paper writes K_j . Q_r[delta(j, i)], with the distance
-        swapped; both released codes use the same delta(i, j) as c2p, and so
-        do we;
-      * the scale is 1 / sqrt(3D) on all three terms (BERT's is 1 / sqrt(D):
-        three terms of similar size, three times the variance). v1's code
-        divides Q before the products and v2's divides after them; that only
-        changes rounding (docs/deberta.md 1.4). We scale the sum once.
-
-    H_q is the query stream: the layer input, or in the Enhanced Mask Decoder
-    a different tensor than the keys' and values' H (section EMD below).
-    v2 (share_att_key) projects P with W_q, W_k themselves, biases included;
-    otherwise W_k,r / W_q,r are parameters of their own. v1 has no key biases
-    (b_k, b_k,r): the module docstring says how v1's files map onto this."""
+    The query stream H_q is the layer input, or in the Enhanced Mask Decoder
+    a different tensor than the keys' and values' H (EMD below)."""
 
     def __init__(self, config):
         super().__init__()
@@ -420,67 +360,26 @@ class DisentangledSelfAttention(nn.Module):
         self.table_dropout_prob = config.hidden_dropout_prob  # dropout on P, in every layer (HF: pos_dropout)
         self.written_out = config.written_out
 
-    def relative_projections(self):
-        """(W_k,r, W_q,r) as modules: the content key/query projections when shared."""
-        if self.share_att_key:
-            return self.key, self.query
-        return self.relative_key, self.relative_query
-
     def projected_table(self, P, scale=1.0):
         """(K_r, Q_r), each (1, A, R, D) or None for a term not used: the rows
         of P (R, H) through W_k,r and W_q,r, split into heads and times `scale`.
         Dropout on P first, in every layer (HF: pos_dropout)."""
         P = F.dropout(P, p=self.table_dropout_prob, training=self.training)[None]   # (1, R, H)
-        key_r, query_r = self.relative_projections()
+        key_r, query_r = (self.key, self.query) if self.share_att_key else (self.relative_key, self.relative_query)
         K_r = split_heads(key_r(P), self.num_heads) * scale if "c2p" in self.terms else None
         Q_r = split_heads(query_r(P), self.num_heads) * scale if "p2c" in self.terms else None
         return K_r, Q_r
 
-    def relative_scores(self, q, k, P, delta):
-        """The c2p and p2c terms, unscaled, as the formula reads: (B, A, T, T),
-        or 0 without relative attention. The written-out path's version."""
+    def relative_scores(self, q, k, P, delta, scale=1.0):
+        """scale * (c2p + p2c), (B, A, T, T), written out or gathered as
+        `written_out` says; a zero without relative attention. The scale goes
+        on K_r and Q_r, (R, D) per head, rather than on the (T, T) scores:
+        only rounding changes (docs/deberta.md 1.4)."""
         if not self.terms:
-            return 0.0
-        B, A, T, _ = q.shape
-        index = delta.expand(B, A, T, T)
-        K_r, Q_r = self.projected_table(P)
-        scores = 0.0
-        if K_r is not None:
-            c2p = q @ K_r.transpose(-1, -2)                      # (B, A, T, R): Q_i . K_r[row], every row
-            scores = scores + c2p.gather(-1, index)              # pick row delta(i, j) for each key j
-        if Q_r is not None:
-            p2c = Q_r @ k.transpose(-1, -2)                      # (B, A, R, T): Q_r[row] . K_j, every row
-            scores = scores + p2c.gather(-2, index)              # out[i, j] = p2c[delta(i, j), j]
-        return scores
-
-    def attention_bias(self, q, k, P, delta, mask):
-        """The fused path's additive bias: scale * (c2p + p2c) where mask
-        allows, the most negative float where it does not; (B, A, T, T), or
-        (B, 1, T, T) without relative attention.
-
-        The same numbers as relative_scores, computed the way transformers
-        does it (docs/deberta.md 1.5): both terms are gathered along the
-        *last* dimension, over contiguous rows (gathering along dim -2, as the
-        formula reads for p2c, strides through memory and is three times
-        slower on a CPU). For p2c that means scoring every key against every row,
-        K_j . Q_r[row], picking row delta(i, j) for key j with the transposed
-        index, and transposing back. The scale goes on K_r and Q_r, (R, D)
-        per head, instead of on the (T, T) scores (only rounding changes,
-        docs/deberta.md 1.4)."""
-        if not self.terms:
-            return torch.where(mask, q.new_zeros(()), torch.finfo(q.dtype).min)
-        B, A, T, _ = q.shape
-        K_r, Q_r = self.projected_table(P, self.scale)
-        terms = []
-        if K_r is not None:
-            c2p = q @ K_r.transpose(-1, -2)                                  # (B, A, T, R)
-            terms.append(c2p.gather(-1, delta.expand(B, A, T, T)))           # [i, j] = c2p[i, delta(i, j)]
-        if Q_r is not None:
-            p2c = k @ Q_r.transpose(-1, -2)                                  # (B, A, T, R): K_j . Q_r[row]
-            by_key = delta.transpose(0, 1).contiguous().expand(B, A, T, T)   # [j, i] = delta(i, j)
-            terms.append(p2c.gather(-1, by_key).transpose(-1, -2))          # [i, j] = p2c[j, delta(i, j)]
-        scores = terms[0] if len(terms) == 1 else terms[0] + terms[1]       # (B, A, T, T)
-        return torch.where(mask, scores, torch.finfo(q.dtype).min)
+            return q.new_zeros(())
+        K_r, Q_r = self.projected_table(P, scale)
+        scores = relative_scores_written_out if self.written_out else relative_scores_gathered
+        return scores(q, k, K_r, Q_r, delta)
 
     def forward(self, query_states, hidden_states, mask, P=None, delta=None):
         """query_states (B, T, H): the query stream; hidden_states (B, T, H):
@@ -492,15 +391,15 @@ class DisentangledSelfAttention(nn.Module):
         v = split_heads(self.value(hidden_states), A)
         dropout_p = self.dropout_prob if self.training else 0.0
         if self.written_out:
-            relative = self.relative_scores(q, k, P, delta)     # (B, A, T, T) or 0
+            relative = self.relative_scores(q, k, P, delta)      # (B, A, T, T) or 0
             context = disentangled_attention(q, k, v, relative, mask, self.scale, dropout_p)
         else:
-            # PyTorch's fused kernel, with the relative terms and the padding
-            # mask as its additive bias; it computes what
-            # disentangled_attention writes out (tests check it) except on
-            # padded query rows, which it spreads uniformly: they are set to
-            # 0 afterwards, as XSoftmax gives.
-            bias = self.attention_bias(q, k, P, delta, mask)
+            # PyTorch's fused kernel, with the (scaled) relative terms and the
+            # padding mask as its additive bias: what disentangled_attention
+            # writes out (tests check it), except on padded query rows, which
+            # it spreads uniformly; they are set to 0 afterwards, as XSoftmax gives.
+            relative = self.relative_scores(q, k, P, delta, self.scale)
+            bias = torch.where(mask, relative, torch.finfo(q.dtype).min)        # (B, A or 1, T, T)
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=self.scale)
             context = context * mask.any(dim=-1, keepdim=True)   # padded query rows -> 0
         return self.output_projection(merge_heads(context))      # (B, T, H)
@@ -695,27 +594,12 @@ class DebertaModel(nn.Module):
         layer h_l itself encodes. On the last layer this equals transformers'
         DebertaForMaskedLM(legacy=False).
 
-    Parameter names (state_dict), H = hidden size:
-      embeddings.word_embeddings.weight            [V, E]
-      embeddings.position_embeddings.weight        [max_position_embeddings, E]  (input or EMD only)
-      embeddings.token_type_embeddings.weight      [type_vocab_size, E]          (type_vocab_size > 0)
-      embeddings.projection.weight                 [H, E]                        (E != H; HF embed_proj)
-      embeddings.layer_norm.{weight,bias}
-      encoder.relative_embeddings.weight           [2S, H]       (HF encoder.rel_embeddings)
-      encoder.relative_layer_norm.{weight,bias}                  (HF encoder.LayerNorm, v2 layer_norm)
-      encoder.conv.conv.{weight,bias}, encoder.conv.layer_norm.{weight,bias}   (v2 conv branch)
-      encoder.layers.{i}.attention.{query,value}.{weight,bias}
-      encoder.layers.{i}.attention.key.weight (+ .bias in v2)
-      encoder.layers.{i}.attention.relative_key.weight (+ .bias in v2)     (not share_att_key, c2p)
-      encoder.layers.{i}.attention.relative_query.{weight,bias}            (not share_att_key, p2c)
-      encoder.layers.{i}.attention.output_projection.{weight,bias}         (HF attention.output.dense)
-      encoder.layers.{i}.attention_layer_norm.{weight,bias}                (HF attention.output.LayerNorm)
-      encoder.layers.{i}.feed_forward.w1.{weight,bias}                     (HF intermediate.dense)
-      encoder.layers.{i}.feed_forward.w2.{weight,bias}                     (HF output.dense)
-      encoder.layers.{i}.feed_forward_layer_norm.{weight,bias}             (HF output.LayerNorm)
-      mlm_head.{dense.weight, dense.bias, layer_norm.weight, layer_norm.bias, bias}  (HF lm_predictions.lm_head)
-      pooler.dense.{weight,bias}                                            (HF pooler.dense)
+    Parameter names follow model.py's (BERT's) where the part is BERT's;
+    `python -m minibert.checkpoints.deberta_names v1` (or v3) prints every
+    one beside the Hugging Face name it is saved under.
     """
+
+    pooler_class = DebertaPooler   # what a fine-tuning run builds when a checkpoint has no pooler
 
     def __init__(self, config, with_pooler=False, with_mlm_head=True):
         super().__init__()
@@ -762,17 +646,21 @@ class DebertaModel(nn.Module):
             output.mlm_logits = self.mlm_logits(states, attention_mask, mlm_positions)
         return output
 
-    def drop_mlm_head(self):
+    def drop_pretraining_heads(self, keep_pooler=True):
         """Remove the MLM head and what only it reads: the Enhanced Mask
         Decoder's absolute position table (a position-biased model keeps its
-        table, which the input reads). Fine-tuning does this
-        (finetuning.TaskModel): torch.distributed refuses parameters that get
-        no gradient, and the model saved afterwards has neither, like
-        transformers' DebertaV2Model."""
+        table, which the input reads); and the pooler unless keep_pooler.
+        Fine-tuning does this (finetuning.TaskModel): torch.distributed refuses
+        parameters that get no gradient, and the model saved afterwards has
+        none of them, like transformers' DebertaV2Model. (DeBERTa has no
+        sentence-pair head.)"""
         self.mlm_head = None
+        self.pair_head = None
         if self.uses_emd:
             self.embeddings.position_embeddings = None
             self.uses_emd = False
+        if not keep_pooler:
+            self.pooler = None
 
     def mlm_logits(self, states, attention_mask, mlm_positions=None):
         """The pre-training MLM logits from the encoder's states (at least its

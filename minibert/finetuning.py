@@ -1,19 +1,22 @@
 """Fine-tuning: one pretrained encoder, one small head per task ([BERT] 4).
 
 BERT fine-tunes every downstream task the same way (Figure 4 of the paper):
-the whole pretrained encoder plus one new output layer, trained end to end
+the whole pretrained model plus one new output layer, trained end to end
 with a small learning rate for a few epochs. What differs between tasks is
 only how an example becomes model inputs, which head reads the encoder's
 output, and how the head's output becomes a prediction. Those pieces live in
-one small *task object* per task type (minibert/tasks/); this module holds
-what they share:
+one small *task object* per task type (minibert/tasks/); the heads in
+minibert/heads.py; this module holds what they share, in the order a run
+uses it:
 
-  TaskModel            encoder + head
+  TaskModel            the pretrained model + one head
+  fine_tuning_step     one step written out: logits -> cross-entropy -> backward
+                       -> clip -> AdamW -> schedule (the classification case)
   LengthGroupedBatches training batches of similar length (little padding)
-  run_model            the head's outputs for every feature, in large sorted batches
-  fine_tune            the run: data, model, training.train with evaluation each epoch,
-                       the best epoch kept
-  save / load          a fine-tuned folder: the encoder in Hugging Face layout,
+  run_model            per-row outputs for every feature, in large sorted batches
+  fine_tune            the run: data, model, training.train with evaluation each
+                       epoch, the best epoch kept (BestEpoch)
+  save / load          a fine-tuned folder: the model in Hugging Face layout,
                        head.safetensors, task.json
   predict              one model or an ensemble (members' probabilities averaged)
 
@@ -30,8 +33,10 @@ A task object has:
                                  a list of dicts: input_ids, token_type_ids, the
                                  training targets, and "example" (its example's index)
   make_head(config)              an nn.Module: BertModelOutput -> logits
-  counts(batch), losses(model, batch)
-                                 the objective, in the form training.train expects
+  loss(logits, batch)            the paper's loss: the mean cross-entropy
+  counts(batch), losses(logits, batch)
+                                 the same loss in the form training.train sums
+  distributions(logits, batch)   the softmax rows the loss compares (what SiFT perturbs)
   outputs(logits, batch)         per-feature probabilities (what an ensemble averages)
   predict(examples, features, outputs)
                                  predictions, one per example
@@ -39,23 +44,20 @@ A task object has:
   write_predictions(examples, predictions, path)
 """
 
-import json
 import math
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from minibert.checkpoints import load_pretrained, save_pretrained
-from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
-from minibert.deberta import DebertaModel, DebertaPooler
+from minibert.heads import IGNORE_INDEX, add_pooler_if_missing   # callers also find it here
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import read_json_object, write_json
-from minibert.model import Pooler
+from minibert.support.folders import load_weights, read_record, save_weights, write_record
 from minibert.support.seeds import generator_for
 from minibert.tokenization import load_tokenizer
 from minibert.training import TrainingConfig, setup_context, train
@@ -65,70 +67,61 @@ HEAD_FILE = "head.safetensors"
 
 
 # ----------------------------------------------------------------------------
-# The model: encoder + head
+# The model: the pretrained model + one head
 # ----------------------------------------------------------------------------
 
 
 class TaskModel(nn.Module):
-    """The pretrained encoder and one task head. The encoder's pretraining
-    heads (MLM, NSP/SOP; for DeBERTa also the Enhanced Mask Decoder's
-    absolute position table) are dropped, and so is the pooler for
-    token-level tasks: fine-tuning does not use them (and torch.distributed
-    refuses parameters that get no gradient)."""
+    """The pretrained model (`base_model`: a BertModel or DebertaModel, whose
+    `encoder` is the layer stack) and one task head. The pretraining heads
+    (MLM, NSP/SOP; for DeBERTa also the Enhanced Mask Decoder's absolute
+    position table) are dropped, and so is the pooler for token-level tasks:
+    fine-tuning does not use them (and torch.distributed refuses parameters
+    that get no gradient). The model itself knows what to drop."""
 
-    def __init__(self, encoder, head, uses_pooler=True):
+    def __init__(self, base_model, head, uses_pooler=True):
         super().__init__()
-        if isinstance(encoder, DebertaModel):
-            encoder.drop_mlm_head()     # and the absolute position table only its Enhanced Mask Decoder reads
-        encoder.mlm_head = None
-        encoder.pair_head = None
-        if not uses_pooler:
-            encoder.pooler = None
-        self.encoder = encoder
+        base_model.drop_pretraining_heads(keep_pooler=uses_pooler)
+        self.base_model = base_model
         self.head = head
 
     def forward(self, input_ids, attention_mask, token_type_ids):
-        output = self.encoder(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                              all_hidden_states=False)
+        output = self.base_model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                 all_hidden_states=False)
         return self.head(output)
 
-
-class OutputLayer(nn.Module):
-    """The one layer fine-tuning adds ([BERT] 4): logits = W dropout(h) + b,
-    with h the pooled [CLS] vector C (sentence tasks, Figure 4a/b) or every
-    token's final vector T_i (token tasks, Figure 4d). W starts as N(0, 0.02)
-    and b at zero, as Google's output_weights/output_bias."""
-
-    def __init__(self, config, num_outputs, per_token):
-        super().__init__()
-        self.per_token = per_token
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, num_outputs)
-        nn.init.normal_(self.classifier.weight, std=config.initializer_range)
-        nn.init.zeros_(self.classifier.bias)
-
-    def forward(self, output):
-        h = output.last_hidden_state if self.per_token else output.pooled_output   # (B, T, H) or (B, H)
-        return self.classifier(self.dropout(h))                                     # (B, T, K) or (B, K)
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        # A training checkpoint.pt written before the pretrained model was
+        # named `base_model` holds its weights as `encoder.*`: the same
+        # tensors under the old name, so a run killed then still resumes.
+        state_dict = {("base_model." + key[len("encoder."):] if key.startswith("encoder.") else key): value
+                      for key, value in state_dict.items()}
+        return super().load_state_dict(state_dict, *args, **kwargs)
 
 
-def add_pooler_if_missing(encoder):
-    """Sentence-level heads read the pooled output. A checkpoint saved without
-    a pooler (Hugging Face's BertForMaskedLM files, the bundled model, every
-    released DeBERTa) gets a freshly initialised one, as transformers does;
-    the load report says so. The pooler is the model's own kind: BERT's tanh
-    Pooler, or DeBERTa's DebertaPooler (GELU, transformers' ContextPooler),
-    the one a saved DeBERTa folder is loaded back with. Returns whether it
-    added one."""
-    if encoder.pooler is not None:
-        return False
-    pooler_class = DebertaPooler if isinstance(encoder, DebertaModel) else Pooler
-    encoder.pooler = pooler_class(encoder.config)
-    encoder.pooler.apply(encoder.init_weights)
-    report = getattr(encoder, "load_report", None)
-    if report is not None:
-        report.skipped.append(("pooler.dense", "not in the checkpoint: freshly initialised for fine-tuning"))
-    return True
+# ----------------------------------------------------------------------------
+# One fine-tuning step, written out (the classification case)
+# ----------------------------------------------------------------------------
+
+
+def fine_tuning_step(model, batch, optimizer, scheduler, max_grad_norm=1.0):
+    """One optimizer step of sentence classification ([BERT] 4.1, Figure 4a/b),
+    everything on one screen. Returns the loss.
+
+    The general loop, training.train, does exactly this for every task (plus
+    gradient accumulation, torch.distributed, bf16, logging, evaluation and
+    checkpoints); tests/test_finetuning.py checks that both give the same
+    weights."""
+    model.train()
+    logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])   # (B, K) = C W^T + b
+    # L = -(1/B) sum_i log softmax(C_i W^T + b)[y_i]: the mean cross-entropy of the gold classes
+    loss = F.cross_entropy(logits.float(), batch["labels"])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)   # ||g|| <= 1.0, as Google's BERT
+    optimizer.step()                  # AdamW (decoupled weight decay, no decay on biases and LayerNorm)
+    scheduler.step()                  # linear warm-up, then linear decay to 0
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
 
 
 # ----------------------------------------------------------------------------
@@ -139,7 +132,7 @@ def add_pooler_if_missing(encoder):
 def collate(features, pad_id):
     """A list of feature dicts -> a batch of tensors, padded to the longest
     feature of this batch only. Targets that are lists (one per token) are
-    padded with -100, which the cross-entropy ignores."""
+    padded with IGNORE_INDEX, which the cross-entropy skips."""
     longest = max(len(f["input_ids"]) for f in features)
     B = len(features)
     batch = {"input_ids": torch.full((B, longest), pad_id, dtype=torch.long),
@@ -155,7 +148,7 @@ def collate(features, pad_id):
             continue
         values = [f[key] for f in features]
         if isinstance(values[0], list):
-            padded = torch.full((B, longest), -100, dtype=torch.long)
+            padded = torch.full((B, longest), IGNORE_INDEX, dtype=torch.long)
             for row, value in enumerate(values):
                 padded[row, :len(value)] = torch.tensor(value)
             batch[key] = padded
@@ -172,13 +165,17 @@ class LengthGroupedBatches:
     cut into chunks of `group_size` batches, each chunk is sorted by length
     and cut into batches, and the batches are shuffled: batches hold
     sentences of similar length (little padding) yet come in random order
-    with random neighbours, as an unsorted shuffle would."""
+    with random neighbours, as an unsorted shuffle would.
 
-    def __init__(self, features, batch_size, seed, pad_id, group_size=50):
+    collate(features, pad_id) -> batch dict turns one batch of features into
+    tensors (distillation's student batches bring their own)."""
+
+    def __init__(self, features, batch_size, seed, pad_id, group_size=50, collate=collate):
         if not features:
             raise MiniBertError("no training examples")
         self.features, self.batch_size, self.seed, self.pad_id = features, batch_size, seed, pad_id
         self.group_size = group_size
+        self.collate = collate
         self.batches_per_epoch = math.ceil(len(features) / batch_size)
         self._epoch, self._batches = None, None
 
@@ -199,78 +196,41 @@ class LengthGroupedBatches:
         epoch, index = divmod(global_index, self.batches_per_epoch)
         if epoch != self._epoch:
             self._epoch, self._batches = epoch, self.epoch_batches(epoch)
-        return collate([self.features[i] for i in self._batches[index]], self.pad_id)
+        return self.collate([self.features[i] for i in self._batches[index]], self.pad_id)
+
+
+# ----------------------------------------------------------------------------
+# Running a model over many features
+# ----------------------------------------------------------------------------
+
+
+def model_logits(model, batch):
+    """A TaskModel's logits for a batch (run_model's default `logits_of`)."""
+    return model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
 
 
 @torch.no_grad()
-def run_model(model, task, features, pad_id, batch_size=128, device="cpu", progress=True, bf16=False):
-    """The task's per-feature outputs (probabilities) for every feature, in
-    the features' order. Features are run longest first in large batches
-    (no gradients, so a batch can be larger than in training)."""
+def run_model(model, features, pad_id, outputs, batch_size=128, device="cpu", progress=True, bf16=False,
+              collate=collate, logits_of=None):
+    """outputs(logits, batch) (a list, one value per row) for every feature,
+    in the features' order: a task's probabilities, or a teacher's logits.
+    Features are run longest first in large batches (no gradients, so a
+    batch can be larger than in training). logits_of(model, batch) defaults
+    to model(input_ids, attention_mask, token_type_ids)."""
+    logits_of = logits_of or model_logits
     model.eval().to(device)
     order = sorted(range(len(features)), key=lambda i: -len(features[i]["input_ids"]))
-    outputs = [None] * len(features)
+    results = [None] * len(features)
     autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16)
     for start in tqdm(range(0, len(order), batch_size), desc="predicting", unit="batch", disable=not progress,
                       leave=False):
         rows = order[start:start + batch_size]
         batch = move_to_device(collate([features[i] for i in rows], pad_id), device)
         with autocast:
-            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        for row, output in zip(rows, task.outputs(logits, batch)):
-            outputs[row] = output
-    return outputs
-
-
-# ----------------------------------------------------------------------------
-# Saving and loading a fine-tuned folder
-# ----------------------------------------------------------------------------
-
-
-def save_task_model(model, task, tokenizer, folder, settings, metrics=None):
-    """The encoder (Hugging Face layout, so other tools read it), the head's
-    weights and task.json (the task, its labels and the settings the features
-    were made with). Each file is written atomically; task.json goes last."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_pretrained(model.encoder, folder, tokenizer=tokenizer)
-    save_safetensors({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
-                     folder / HEAD_FILE, metadata={"format": "pt"})
-    record = {"task": task.name, "labels": task.labels, **settings}
-    if metrics is not None:
-        record["metrics"] = metrics
-    write_json(folder / TASK_FILE, record)
-
-
-def read_task_record(folder):
-    path = Path(folder) / TASK_FILE
-    if not path.is_file():
-        raise MiniBertError(f"{folder}: not a fine-tuned model folder (no {TASK_FILE}; make one with "
-                            f"finetune.py --task ... --output {folder})")
-    record = read_json_object(path)
-    for key in ("task", "max_seq_len"):
-        if key not in record:
-            raise MiniBertError(f"{path}: field '{key}' is missing")
-    return record
-
-
-def load_task_model(folder, make_task, overrides=None):
-    """(model, task, tokenizer, record) from a fine-tuned folder. `overrides`
-    replace saved task settings that only affect decoding (e.g. SQuAD's
-    null_threshold, tuned after training)."""
-    record = read_task_record(folder)
-    task = make_task(record["task"], labels=record.get("labels"), settings={**record, **(overrides or {})})
-    encoder = load_pretrained(folder)
-    head = task.make_head(encoder.config)
-    head_file = Path(folder) / HEAD_FILE
-    weights = load_safetensors(head_file)
-    try:
-        head.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
-    except RuntimeError as e:
-        raise MiniBertError(f"{head_file}: does not fit the {record['task']} head with "
-                            f"{len(task.labels or [])} labels ({str(e).splitlines()[0]})") from None
-    model = TaskModel(encoder, head, task.uses_pooler).eval()
-    return model, task, load_tokenizer(folder), record
+            logits = logits_of(model, batch)
+        for row, value in zip(rows, outputs(logits, batch)):
+            results[row] = value
+    return results
 
 
 # ----------------------------------------------------------------------------
@@ -288,15 +248,38 @@ class Objective:
         return self.task.counts(batch)
 
     def losses(self, model, batch):
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        return self.task.losses(logits, batch)
+        return self.task.losses(model_logits(model, batch), batch)
 
 
 def evaluate(model, task, examples, features, pad_id, batch_size, device, bf16=False, progress=True):
     """(metrics, predictions, outputs) on a labelled set."""
-    outputs = run_model(model, task, features, pad_id, batch_size, device, progress=progress, bf16=bf16)
+    outputs = run_model(model, features, pad_id, task.outputs, batch_size, device, progress=progress, bf16=bf16)
     predictions = task.predict(examples, features, outputs)
     return task.metrics(examples, predictions), predictions, outputs
+
+
+class BestEpoch:
+    """The best-epoch rule: evaluate after every epoch and keep (save) the
+    model only when `main_metric` beats every epoch before it.
+
+    evaluate(model) -> metrics dict; save(model, metrics) writes the model.
+    previous: the metrics of the best epoch of a run being resumed (the one
+    to beat), or None. An instance is the `evaluate` callback training.train
+    takes."""
+
+    def __init__(self, main_metric, evaluate, save, previous=None):
+        self.main_metric, self.evaluate, self.save = main_metric, evaluate, save
+        self.history = []
+        self.best = previous if previous and main_metric in previous else None
+
+    def __call__(self, trained):
+        metrics = self.evaluate(trained)
+        self.history.append(metrics)
+        value = metrics[self.main_metric]
+        if self.best is None or value > self.best[self.main_metric]:
+            self.best = metrics
+            self.save(trained, metrics)
+        return {self.main_metric: value}
 
 
 def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs=3, max_steps=None,
@@ -310,15 +293,15 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     context = setup_context(device)
     output = Path(output)
     tokenizer = load_tokenizer(model_name)
-    encoder = load_pretrained(model_name)
-    if max_seq_len > encoder.config.max_position_embeddings:
+    base_model = load_pretrained(model_name)
+    if max_seq_len > base_model.config.max_position_embeddings:
         raise MiniBertError(f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
-                            f"({encoder.config.max_position_embeddings})")
+                            f"({base_model.config.max_position_embeddings})")
     torch.manual_seed(seed)              # the new pooler's and head's initial weights depend on the seed only
-    if task.uses_pooler and add_pooler_if_missing(encoder) and context.is_main and progress:
+    if task.uses_pooler and add_pooler_if_missing(base_model) and context.is_main and progress:
         tqdm.write(f"load report: {model_name or 'the bundled model'} has no pooler; a fresh one is initialised "
                    f"for fine-tuning (as transformers does)")
-    model = TaskModel(encoder, task.make_head(encoder.config), task.uses_pooler)
+    model = TaskModel(base_model, task.make_head(base_model.config), task.uses_pooler)
 
     train_features = task.features(train_examples, tokenizer, max_seq_len)
     batches = LengthGroupedBatches(train_features, batch_size, seed, tokenizer.pad_id)
@@ -331,23 +314,15 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         from minibert.sift import SiftObjective
         objective = SiftObjective(task, sift)
         settings["sift"] = sift.to_dict()
-    history = []
-    best = {"value": -math.inf}
+    previous = None
     if resume and (output / TASK_FILE).is_file():   # the best epoch before the kill stays the one to beat
-        saved = read_json_object(output / TASK_FILE).get("metrics") or {}
-        if task.main_metric in saved:
-            best.update(value=saved[task.main_metric], metrics=saved)
-
-    def evaluate_and_keep_best(trained):
-        """Called by training.train at the end of each epoch (main process)."""
-        metrics, _, _ = evaluate(trained, task, eval_examples, eval_features, tokenizer.pad_id, eval_batch_size,
-                                 context.device, bf16=bf16, progress=progress)
-        history.append(metrics)
-        value = metrics[task.main_metric]
-        if value > best["value"]:
-            best.update(value=value, metrics=metrics)
-            save_task_model(trained, task, tokenizer, output, settings, metrics)
-        return {task.main_metric: value}
+        previous = read_task_record(output).get("metrics")
+    best_epoch = BestEpoch(
+        task.main_metric,
+        evaluate=lambda trained: evaluate(trained, task, eval_examples, eval_features, tokenizer.pad_id,
+                                          eval_batch_size, context.device, bf16=bf16, progress=progress)[0],
+        save=lambda trained, metrics: save_task_model(trained, task, tokenizer, output, settings, metrics),
+        previous=previous)
 
     config = TrainingConfig(total_steps=total_steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=int(warmup * total_steps), seed=seed, log_every=10,
@@ -365,16 +340,57 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     started = time.time()
     try:
         summary = train(model, batches, objective, config, context, output / "checkpoint.pt",
-                        run_config=run_config, evaluate=evaluate_and_keep_best if eval_features is not None else None,
+                        run_config=run_config, evaluate=best_epoch if eval_features is not None else None,
                         resume=resume, progress=progress)
     finally:
         if sift is not None:
             objective.remove_hooks()
     if context.is_main and eval_features is None:
         save_task_model(model, task, tokenizer, output, settings)
-    summary.update(task=task.name, seconds=time.time() - started, epochs_history=history,
-                   best=best.get("metrics"), steps_per_epoch=len(batches))
+    summary.update(task=task.name, seconds=time.time() - started, epochs_history=best_epoch.history,
+                   best=best_epoch.best, steps_per_epoch=len(batches))
     return summary
+
+
+# ----------------------------------------------------------------------------
+# Saving and loading a fine-tuned folder
+# ----------------------------------------------------------------------------
+
+
+def save_task_model(model, task, tokenizer, folder, settings, metrics=None):
+    """The pretrained model part (Hugging Face layout, so other tools read
+    it), the head's weights and task.json (the task, its labels and the
+    settings the features were made with). Each file is written atomically;
+    task.json goes last."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    save_pretrained(model.base_model, folder, tokenizer=tokenizer)
+    save_weights(model.head, Path(folder) / HEAD_FILE)
+    metrics_field = {"metrics": metrics} if metrics is not None else {}
+    write_record(folder, TASK_FILE, {"task": task.name, "labels": task.labels, **settings, **metrics_field})
+
+
+def read_task_record(folder):
+    return read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
+                       missing_hint=f"not a fine-tuned model folder: make one with "
+                                    f"finetune.py --task ... --output {folder}")
+
+
+def load_task_model(folder, make_task, overrides=None):
+    """(model, task, tokenizer, record) from a fine-tuned folder. `overrides`
+    replace saved task settings that only affect decoding (e.g. SQuAD's
+    null_threshold, tuned after training)."""
+    record = read_task_record(folder)
+    task = make_task(record["task"], labels=record.get("labels"), settings={**record, **(overrides or {})})
+    base_model = load_pretrained(folder)
+    head = load_weights(task.make_head(base_model.config), Path(folder) / HEAD_FILE,
+                        f"the {record['task']} head with {len(task.labels or [])} labels")
+    model = TaskModel(base_model, head, task.uses_pooler).eval()
+    return model, task, load_tokenizer(folder), record
+
+
+# ----------------------------------------------------------------------------
+# Predictions: one model or an ensemble
+# ----------------------------------------------------------------------------
 
 
 def predict(folders, path, make_task, device="cpu", batch_size=128, bf16=False, progress=True, overrides=None,
@@ -399,24 +415,7 @@ def predict(folders, path, make_task, device="cpu", batch_size=128, bf16=False, 
     features = task.features(examples, tokenizer, record["max_seq_len"])
     summed = None
     for model, *_ in members:
-        outputs = run_model(model, task, features, tokenizer.pad_id, batch_size, device, progress, bf16)
+        outputs = run_model(model, features, tokenizer.pad_id, task.outputs, batch_size, device, progress, bf16)
         summed = outputs if summed is None else [s + o for s, o in zip(summed, outputs)]
     averaged = [s / len(members) for s in summed]
     return task, examples, task.predict(examples, features, averaged)
-
-
-def format_metrics(metrics, title):
-    """A small table: one metric per line, in percent."""
-    width = max(len(k) for k in metrics) if metrics else 0
-    lines = [title, "-" * max(len(title), width + 10)]
-    for key, value in metrics.items():
-        if isinstance(value, float):
-            lines.append(f"{key:<{width}}  {value:8.2f}")
-        elif not isinstance(value, dict):
-            lines.append(f"{key:<{width}}  {value!s:>8}")
-    return "\n".join(lines)
-
-
-def json_safe(values):
-    """`values` with numpy scalars turned into floats, ready for json.dump."""
-    return json.loads(json.dumps(values, default=float))

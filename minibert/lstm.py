@@ -68,6 +68,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from minibert.support.errors import MiniBertError
+from minibert.support.student_config import REQUIRED, check_student_fields, student_fields_from
 
 # ----------------------------------------------------------------------------
 # One LSTM step
@@ -252,45 +253,9 @@ class StudentConfig:
     @classmethod
     def from_dict(cls, values, source):
         """A config from a dict read from `source` (a file name, for the
-        messages): every field is checked, unknown ones are errors (a typo
-        must not silently fall back to a default)."""
-        if not isinstance(values, dict):
-            raise MiniBertError(f"{source}: expected an object of student config fields, got {type(values).__name__}")
-        names = [f.name for f in fields(cls)]
-        unknown = sorted(set(values) - set(names))
-        if unknown:
-            raise MiniBertError(f"{source}: unknown student config field '{unknown[0]}' (known: {', '.join(names)})")
-        for name in ("vocab_size", "num_classes"):
-            if name not in values:
-                raise MiniBertError(f"{source}: student config field '{name}' is missing")
-        merged = {f.name: f.default for f in fields(cls) if f.name not in ("vocab_size", "num_classes")}
-        merged.update(values)
-        check_student_fields(merged, source)
-        return cls(**merged)
-
-
-def check_student_fields(values, source):
-    """Every field has the type and range the model needs, or a MiniBertError
-    names the source, the field, its value and what was expected."""
-    def fail(name, expected):
-        raise MiniBertError(f"{source}: student config field '{name}' = {values[name]!r}: expected {expected}")
-
-    def is_int(value):
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    for name in ("vocab_size", "num_classes", "embedding_dim", "hidden_size", "fc_size"):
-        if not is_int(values[name]) or values[name] < 1:
-            fail(name, "a positive integer")
-    if not isinstance(values["pair"], bool):
-        fail("pair", "true or false")
-    if values["pooling"] not in ("final", "max"):
-        fail("pooling", "'final' or 'max'")
-    dropout = values["dropout"]
-    if (not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not math.isfinite(dropout)
-            or not 0 <= dropout < 1):
-        fail("dropout", "a probability in [0, 1)")
-    if not is_int(values["padding_id"]) or not 0 <= values["padding_id"] < values["vocab_size"]:
-        fail("padding_id", f"an integer in 0..{values['vocab_size'] - 1} (below vocab_size)")
+        messages), every field checked (minibert/support/student_config.py)."""
+        defaults = {f.name: f.default for f in fields(cls) if f.name not in REQUIRED}
+        return cls(**student_fields_from(values, source, defaults))
 
 
 # ----------------------------------------------------------------------------
@@ -314,7 +279,7 @@ class BiLSTMClassifier(nn.Module):
         self.config = config
         H = config.hidden_size
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.padding_id)
-        self.encoder = LSTM(config.embedding_dim, H, bidirectional=True)
+        self.lstm = LSTM(config.embedding_dim, H, bidirectional=True)
         features = 8 * H if config.pair else 2 * H
         self.fc1 = nn.Linear(features, config.fc_size)
         self.dropout = nn.Dropout(config.dropout)
@@ -335,7 +300,7 @@ class BiLSTMClassifier(nn.Module):
         outputs over the real positions."""
         lengths = lengths_from_mask(input_ids, attention_mask)       # (B,)
         embedded = self.embedding(input_ids)                         # (B, T, E)
-        outputs, final = self.encoder(embedded, lengths)             # (B, T, 2H), (B, 2H)
+        outputs, final = self.lstm(embedded, lengths)                # (B, T, 2H), (B, 2H)
         if self.config.pooling == "final":
             return final
         # Padded outputs are zero, and zero could beat a real output that is

@@ -323,7 +323,7 @@ def _breaks(previous, current):
     return chunk_type != previous_type or prefix in ("B", "S") or previous_prefix in ("E", "S")
 
 
-def _chunk_starts(previous_tag, tag):
+def starts_chunk(previous_tag, tag):
     """conlleval's startOfChunk: I- after O starts a chunk too, which is what
     lets IOB1 (where a chunk usually starts with I-) score correctly."""
     previous, current = _split_tag(previous_tag), _split_tag(tag)
@@ -332,8 +332,8 @@ def _chunk_starts(previous_tag, tag):
     return previous[0] == "O" or _breaks(previous, current)
 
 
-def _chunk_ends(previous_tag, tag):
-    """conlleval's endOfChunk, the mirror of `_chunk_starts`."""
+def ends_chunk(previous_tag, tag):
+    """conlleval's endOfChunk, the mirror of `starts_chunk`."""
     previous, current = _split_tag(previous_tag), _split_tag(tag)
     if previous[0] == "O":
         return False
@@ -354,9 +354,9 @@ def conll_chunks(tags):
     """
     chunks, start, previous = [], None, "O"
     for position, tag in enumerate(list(tags) + ["O"]):   # the final O closes a chunk at the sentence end
-        if _chunk_ends(previous, tag):
+        if ends_chunk(previous, tag):
             chunks.append((_split_tag(previous)[1], start, position - 1))
-        if _chunk_starts(previous, tag):
+        if starts_chunk(previous, tag):
             start = position
         previous = tag
     return chunks

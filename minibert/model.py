@@ -50,6 +50,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from minibert.support.config_checks import check_bert_config
 from minibert.support.errors import MiniBertError
 
 # ----------------------------------------------------------------------------
@@ -123,91 +124,9 @@ class BertConfig:
         return [l * G // L for l in range(L)]
 
     def validate(self):
-        """Every field has the type and range the model needs, or a
-        MiniBertError names the field, its value and what was expected (a
-        config is user input: a string dropout or a NaN epsilon must not reach
-        torch, where it would fail obscurely or silently give NaN outputs)."""
-        check_encoder_fields(self)
-        fail = field_error(self)
-        for name in ("type_vocab_size", "inner_group_num"):
-            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
-                fail(name, "a positive integer")
-        if self.num_hidden_groups is not None and (not is_int(self.num_hidden_groups) or self.num_hidden_groups < 1):
-            fail("num_hidden_groups", "a positive integer (or absent)")
-        if self.model_type not in ("bert", "albert"):
-            fail("model_type", "'bert' or 'albert'")
-        if self.model_type == "bert":
-            # ALBERT's fields mean something on a BERT only where BERT has the
-            # same thing: E == H, one layer per group, and a group per depth
-            # (or a duplicated model's explicit layer_order, checked below).
-            if self.embedding_size not in (None, self.hidden_size):
-                fail("embedding_size", f"absent or equal to hidden_size ({self.hidden_size}) for a BERT model; "
-                                       "factorized embeddings are ALBERT's (model_type 'albert')")
-            if self.inner_group_num != 1:
-                fail("inner_group_num", "1 for a BERT model (layer groups are ALBERT's)")
-            if self.layer_order is None and self.num_hidden_groups not in (None, self.num_hidden_layers):
-                fail("num_hidden_groups", f"absent or equal to num_hidden_layers ({self.num_hidden_layers}) for a "
-                                          "BERT model without layer_order (shared layers are ALBERT's)")
-        if self.num_groups > self.num_hidden_layers and self.layer_order is None:
-            fail("num_hidden_groups", f"at most num_hidden_layers ({self.num_hidden_layers}): "
-                                      "a group that never runs has no place")
-        if self.layer_order is not None:
-            order = self.layer_order
-            if (not isinstance(order, list) or len(order) != self.num_hidden_layers
-                    or not all(is_int(g) and 0 <= g < self.num_groups for g in order)):
-                fail("layer_order", f"a list of {self.num_hidden_layers} group indices in 0..{self.num_groups - 1}")
-            if set(order) != set(range(self.num_groups)):
-                fail("layer_order", f"to run every one of the {self.num_groups} layers at least once")
-
-
-# ----------------------------------------------------------------------------
-# Config checks shared by every encoder config (BertConfig here, DebertaConfig
-# in deberta.py): each names the field, its value and what was expected.
-# ----------------------------------------------------------------------------
-
-
-def is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def field_error(config):
-    """fail(field name, what was expected): raises the one-line MiniBertError."""
-    def fail(field_name, expected):
-        raise MiniBertError(f"config field '{field_name}' = {getattr(config, field_name)!r}: expected {expected}")
-    return fail
-
-
-def check_encoder_fields(config):
-    """The fields of the Transformer encoder itself, which BERT, ALBERT and
-    DeBERTa share: sizes, dropouts, initializer range, epsilon, padding id,
-    activation and the written_out switch."""
-    fail = field_error(config)
-    for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                 "max_position_embeddings"):
-        if not is_int(getattr(config, name)) or getattr(config, name) < 1:
-            fail(name, "a positive integer")
-    if config.embedding_size is not None and (not is_int(config.embedding_size) or config.embedding_size < 1):
-        fail("embedding_size", "a positive integer (or absent)")
-    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-        value = getattr(config, name)
-        if not is_number(value) or not 0 <= value < 1:
-            fail(name, "a probability in [0, 1)")
-    if not is_number(config.initializer_range) or config.initializer_range < 0:
-        fail("initializer_range", "a finite number >= 0")
-    if not is_number(config.layer_norm_eps) or config.layer_norm_eps <= 0:
-        fail("layer_norm_eps", "a finite number > 0")
-    if config.pad_token_id is not None and (not is_int(config.pad_token_id) or config.pad_token_id < 0):
-        fail("pad_token_id", "a non-negative integer")
-    if config.hidden_size % config.num_attention_heads:
-        fail("hidden_size", f"a multiple of num_attention_heads ({config.num_attention_heads})")
-    if not isinstance(config.hidden_act, str) or config.hidden_act not in ACTIVATIONS:
-        fail("hidden_act", f"one of {sorted(ACTIVATIONS)}")
-    if not isinstance(config.written_out, bool):
-        fail("written_out", "true or false")
+        """Each field's type and range, or a MiniBertError naming the field
+        (the checks are support code: minibert/support/config_checks.py)."""
+        check_bert_config(self, ACTIVATIONS)
 
 
 # What ALBERT's code assumes where its config leaves a field out: E = 128 for
@@ -569,6 +488,8 @@ class BertModel(nn.Module):
     Saving and loading live in minibert.checkpoints (`save_pretrained(model,
     folder)`, `load_pretrained(folder)`): this file knows no file format."""
 
+    pooler_class = Pooler   # what a fine-tuning run builds when a checkpoint has no pooler
+
     def __init__(self, config, with_pooler=True, with_mlm_head=True, with_pair_head=True):
         super().__init__()
         config.validate()
@@ -636,6 +557,15 @@ class BertModel(nn.Module):
             selected = sequence_output if mlm_positions is None else sequence_output[mlm_positions]  # (N, H)
             output.mlm_logits = self.mlm_head(selected, self.embeddings.word_embeddings.weight)
         return output
+
+    def drop_pretraining_heads(self, keep_pooler=True):
+        """Remove the pre-training heads (MLM and NSP/SOP), and the pooler unless
+        keep_pooler: fine-tuning does this, since torch.distributed refuses
+        parameters that get no gradient, and the saved model has none of them."""
+        self.mlm_head = None
+        self.pair_head = None
+        if not keep_pooler:
+            self.pooler = None
 
     def num_parameters(self):
         return sum(p.numel() for p in self.parameters())

@@ -38,7 +38,11 @@ own default 0 means "off").
 
 Here it is a wrapper around a task object's objective (`SiftObjective`), so
 training.train runs it unchanged, under DistributedDataParallel and bf16
-autocast too.
+autocast too. Which output distributions the symmetric KL compares is the
+task's to say, `task.distributions(logits, batch) -> (rows, weight)`: one
+softmax row per example (classification), per labelled word piece (NER), or
+the start and the end distributions over positions, weight 1/2 each (SQuAD),
+so that the weighted sum counts the same items as the task's loss.
 
 References
   [DeBERTa] He, Liu, Gao, Chen 2021, "DeBERTa: Decoding-enhanced BERT with
@@ -62,7 +66,6 @@ from minibert.support.errors import MiniBertError
 
 NORMALISATION_EPS = 1e-7      # the official PerturbationLayer's LayerNorm(hidden, 1e-7, no weights)
 GRADIENT_EPS = 1e-6           # in the ascent step's denominator (deberta.md section 5, step 4)
-PADDING_LOGIT = -1e9          # SQuAD: padding gets probability 0 (finite, so 0 * log 0 terms stay 0, not NaN)
 
 
 @dataclass
@@ -222,29 +225,6 @@ def symmetric_kl(perturbed_logits, clean_logits):
     return kl_pq + kl_qp
 
 
-def compared_distributions(logits, batch):
-    """The output distributions SiFT compares, as (rows, weight): rows (N, C)
-    of logits, each a softmax over C, and the weight of each row's SKL, so
-    that the weighted sum counts the same items as the task's loss.
-
-      sentence tasks  logits (B, K): one distribution per example
-      token tasks     logits (B, T, K) and per-token labels: one per labelled
-                      token (-100 marks the others, as the cross-entropy does)
-      SQuAD           logits (B, T, 2) and start_positions: the start and the
-                      end distributions over positions (padding excluded),
-                      weight 1/2 each, as the span loss averages the two."""
-    if "start_positions" in batch:
-        mask = batch["attention_mask"][:, :, None] == 0                     # (B, T, 1)
-        positions = logits.float().masked_fill(mask, PADDING_LOGIT)         # (B, T, 2)
-        return torch.cat([positions[..., 0], positions[..., 1]]), 0.5      # (2B, T)
-    if logits.dim() == 2:
-        return logits, 1.0                                                  # (B, K)
-    if logits.dim() == 3 and "labels" in batch and batch["labels"].dim() == 2:
-        return logits[batch["labels"] != -100], 1.0                         # (N, K)
-    raise MiniBertError(f"SiFT: does not know which distributions to compare for logits of shape "
-                        f"{tuple(logits.shape)} and batch fields {sorted(batch)}")
-
-
 # ----------------------------------------------------------------------------
 # The objective
 # ----------------------------------------------------------------------------
@@ -303,8 +283,8 @@ class SiftObjective:
         perturbation = self.attach(module)
         delta = delta.detach().requires_grad_(True)
         with frozen(module), perturbation.perturbed(delta):
-            rows, weight = compared_distributions(forward(module, batch), batch)
-            clean_rows, _ = compared_distributions(clean_logits.detach(), batch)
+            rows, weight = self.task.distributions(forward(module, batch), batch)
+            clean_rows, _ = self.task.distributions(clean_logits.detach(), batch)
             divergence = weight * symmetric_kl(rows, clean_rows).sum()
             (grad,) = torch.autograd.grad(divergence, delta)          # (B, T, E); no parameter .grad
         return ascent_step(delta.detach(), grad, self.config.step_size).detach()
@@ -322,8 +302,8 @@ class SiftObjective:
                 adversarial_logits = forward(model, batch)             # z'', gradients into the model
         finally:
             perturbation.normalized = None                             # free the (B, T, E) tensor
-        rows, weight = compared_distributions(adversarial_logits, batch)
-        clean_rows, _ = compared_distributions(logits, batch)
+        rows, weight = self.task.distributions(adversarial_logits, batch)
+        clean_rows, _ = self.task.distributions(logits, batch)
         divergence = weight * symmetric_kl(rows, clean_rows).sum()    # sum over items: training.train divides
         agree = weight * (rows.argmax(-1) == clean_rows.argmax(-1)).sum()
         terms[self.TERM] = (self.config.lambda_ * divergence, agree)

@@ -1,9 +1,19 @@
 """Text -> token ids for BERT (WordPiece), ALBERT (SentencePiece unigram) and
 DeBERTa (v1: GPT-2 byte-level BPE; v2/v3: SentencePiece unigram).
 
-Both tokenizers are assembled by hand from the parts of the Hugging Face
-`tokenizers` library, one part per step of the original recipe, so that each
-step can be read (and printed: `print(tokenizer.backend.normalizer)`):
+Read in this order:
+  1. the lesson: BERT's basic tokenizer and greedy longest-match-first
+     WordPiece written out in plain Python (`written_out_tokenize`);
+  2. the Tokenizer class: text (or a pair) -> [CLS] A [SEP] B [SEP] ids,
+     token types, truncation by BERT's rule, padding into a batch;
+  3. the fast paths, which the Tokenizer runs: each tokenizer assembled from
+     the parts of the Hugging Face `tokenizers` library;
+  4. load_tokenizer, which finds the files (support/tokenizer_files.py) and
+     builds the matching tokenizer.
+
+The fast paths are assembled by hand, one `tokenizers` part per step of the
+original recipe, so that each step can be read (and printed:
+`print(tokenizer.backend.normalizer)`):
 
     text -> normalizer -> pre-tokenizer -> model -> post-processor -> ids
             (clean,       (split into     (WordPiece  ([CLS] A [SEP] B [SEP],
@@ -75,8 +85,8 @@ them against transformers and SentencePiece.
 """
 
 import functools
-import json
 import pathlib
+import re
 import unicodedata
 from dataclasses import dataclass
 
@@ -84,9 +94,12 @@ import torch
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from minibert.support.protobuf import fixed32_to_float, iter_fields, to_signed64
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write, read_json_object
+from minibert.support.sentencepiece_model import (  # noqa: F401  (read_sentencepiece_model: public here too)
+    SPM_CONTROL, SPM_UNKNOWN, read_model_file, read_sentencepiece_model)
+from minibert.support.tokenizer_files import (  # noqa: F401  (the casing rules and TOKENIZER_FILES: public here too)
+    TOKENIZER_FILES, casing_from_folder_name, casing_from_vocab, check_added_tokens, find_tokenizer_files,
+    read_bpe_vocab, read_merges, read_vocab, write_tokenizer_files)
 
 # Google's WordPiece gives up on words longer than 200 characters (one [UNK]);
 # transformers and `tokenizers` use 100. We follow transformers, so that ids
@@ -99,21 +112,156 @@ MAX_INPUT_CHARS_PER_WORD = 100
 # [unused0..98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103; ids are
 # always looked up by name, never assumed.)
 BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-# Names the tokenizer file may have, in the order load_tokenizer looks for them
-# (inside the folder and inside its `assets/` subfolder, where TF-Hub modules keep it).
-# DeBERTa folders are recognised first, by their own files (see load_tokenizer):
-# spm.model (v2/v3), vocab.json + merges.txt (v1).
-TOKENIZER_FILES = ["vocab.txt", "spiece.model", "30k-clean.model", "tokenizer.json", "spm.model", "vocab.json"]
+UNK = "[UNK]"
+SPECIAL_TOKEN = re.compile("(" + "|".join(re.escape(token) for token in BERT_SPECIAL_TOKENS) + ")")
 
 # DeBERTa's special tokens (all versions), in the order of their ids in the
 # released vocabularies: [PAD]=0, [CLS]=1, [SEP]=2, [UNK]=3, and [MASK] last.
 DEBERTA_SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
 
-# SentencePiece piece types (sentencepiece_model.proto, SentencePiece.Type).
-SPM_NORMAL, SPM_UNKNOWN, SPM_CONTROL, SPM_USER_DEFINED, SPM_UNUSED, SPM_BYTE = 1, 2, 3, 4, 5, 6
-SPM_UNIGRAM = 1  # TrainerSpec.ModelType
 
+# =============================================================================
+# The lesson: WordPiece written out (google-research/bert tokenization.py)
+# =============================================================================
+#
+# BERT cuts text into tokens in two stages (Devlin et al. 2019, section 3,
+# "Input/Output Representations"; WordPiece: Wu et al. 2016, section 4.1):
+#   1. the basic tokenizer: clean the text, put spaces around CJK characters,
+#      lower-case and strip accents (uncased models only), then split on
+#      whitespace and around every punctuation character;
+#   2. WordPiece: cut each word into the longest pieces the vocabulary has,
+#      greedily from the left, "##" marking a piece that continues a word.
+# Below, both in plain Python, in Google's order and under Google's names. They
+# give exactly the tokens of Tokenizer.tokenize, which runs the `tokenizers`
+# library: the fast path that everything else uses (tests/test_tokenization.py
+# checks the two agree on every sentence of SST-2, SNLI, MRPC, CoNLL-2003 and
+# SQuAD). Where `tokenizers` departs from Google's code, this code departs with
+# it, so that the ids are the ones Hugging Face models were trained with; each
+# place says so.
+
+# Google's BasicTokenizer._tokenize_chinese_chars ranges, as `tokenizers`'
+# BertNormalizer has them. Departure: Google's fifth range starts at 0x2B820;
+# `tokenizers` starts it at 0x2B920, so the 256 ideographs U+2B820..U+2B91F
+# (the start of CJK Extension E) stay glued to their neighbours.
+CJK_RANGES = [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+              (0x2B740, 0x2B81F), (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)]
+
+# Unicode version. `tokenizers` classifies characters with tables of Unicode
+# 8.0, Python with its own (Unicode 14.0 for Python 3.11), so the few hundred
+# characters that Unicode added or re-classified since (e.g. U+2E43, a dash
+# that is punctuation only for Python) can come out differently here. None of
+# them occurs in the data sets above; the test of every character lists the
+# four old characters that changed category.
+
+
+def is_control(char):
+    """Characters that clean_text deletes. Departure: `tokenizers` deletes every
+    "other" character (categories Cc, Cf, Co, Cs) but tab, newline and return;
+    Google deletes Cc and Cf only, so private-use characters (Co, e.g. U+E000)
+    survive in Google's code and vanish here. Unassigned ones (Cn) stay in both."""
+    return char not in "\t\n\r" and unicodedata.category(char) in ("Cc", "Cf", "Co", "Cs")
+
+
+def is_punctuation(char):
+    """ASCII symbols such as $ + < = > ^ ` | ~ count as punctuation, as do
+    Unicode's punctuation categories (P*)."""
+    cp = ord(char)
+    ascii_symbol = 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
+    return ascii_symbol or unicodedata.category(char).startswith("P")
+
+
+def clean_text(text):
+    """Delete NUL, U+FFFD (a character that was not decodable) and control
+    characters; every whitespace character (tab, newline, no-break space...)
+    becomes a plain space."""
+    kept = (char for char in text if char not in "\x00\ufffd" and not is_control(char))
+    return "".join(" " if char.isspace() else char for char in kept)
+
+
+def tokenize_chinese_chars(text):
+    """A space on both sides of every CJK ideograph: Chinese has no spaces
+    between words, so each ideograph is a word (BERT's Chinese model has one
+    token per character)."""
+    return "".join(f" {char} " if any(a <= ord(char) <= b for a, b in CJK_RANGES) else char for char in text)
+
+
+def run_strip_accents(text):
+    """NFD splits "é" into "e" + a combining accent (category Mn); drop the accent."""
+    return "".join(char for char in unicodedata.normalize("NFD", text) if unicodedata.category(char) != "Mn")
+
+
+def lower_case(text):
+    """Lower-case one character at a time. Departure: Python's text.lower()
+    (Google's code) writes Greek capital sigma as "ς" at the end of a word;
+    `tokenizers` lower-cases each character alone, so always "σ"."""
+    return "".join(char.lower() for char in text)
+
+
+def split_on_punctuation(word):
+    """"don't!" -> "don" "'" "t" "!": each punctuation character is a word of its own."""
+    words = [[]]
+    for char in word:
+        if is_punctuation(char):
+            words += [[char], []]
+        else:
+            words[-1].append(char)
+    return ["".join(w) for w in words if w]
+
+
+def basic_tokenize(text, do_lower_case):
+    """Google's BasicTokenizer.tokenize: text -> words and punctuation marks."""
+    text = tokenize_chinese_chars(clean_text(text))
+    if do_lower_case:
+        # Google lower-cases first, then strips accents; `tokenizers` strips
+        # first. Either order gives the same text for every character.
+        text = lower_case(run_strip_accents(text))
+    return [piece for word in text.split() for piece in split_on_punctuation(word)]
+
+
+def wordpiece(word, vocab):
+    """Greedy longest-match-first (Google's WordpieceTokenizer.tokenize):
+    take the longest prefix that is in the vocabulary, then the longest
+    "##"-piece of the rest, and so on: "unaffable" -> "un" "##aff" "##able".
+    A word that cannot be cut this way, or longer than
+    MAX_INPUT_CHARS_PER_WORD, becomes one [UNK]."""
+    if len(word) > MAX_INPUT_CHARS_PER_WORD:
+        return [UNK]
+    pieces, start = [], 0
+    while start < len(word):
+        end, piece = len(word), None
+        while start < end:  # shorten the candidate from the right until it is a piece
+            candidate = word[start:end] if start == 0 else "##" + word[start:end]
+            if candidate in vocab:
+                piece = candidate
+                break
+            end -= 1
+        if piece is None:  # not even one character fits: the whole word is unknown
+            return [UNK]
+        pieces.append(piece)
+        start = end
+    return pieces
+
+
+def written_out_tokenize(text, vocab, do_lower_case=True):
+    """Text -> WordPiece tokens, the basic tokenizer then WordPiece, in plain
+    Python. vocab: token -> id, as read_vocab returns it. Equals
+    Tokenizer.tokenize(text) for a tokenizer of the same vocabulary and casing.
+
+    Departure: special tokens typed in the text ("[MASK]") are cut out first
+    and kept whole, as `tokenizers` and transformers do; Google's code would
+    read "[MASK]" as "[", "mask", "]"."""
+    tokens = []
+    for part in SPECIAL_TOKEN.split(text):
+        if part in BERT_SPECIAL_TOKENS:
+            tokens.append(part)
+        else:
+            tokens += [piece for word in basic_tokenize(part, do_lower_case) for piece in wordpiece(word, vocab)]
+    return tokens
+
+
+# =============================================================================
+# The Tokenizer: text (or a pair) -> [CLS] A [SEP] B [SEP] ids, truncated, padded
+# =============================================================================
 
 @dataclass
 class Encoding:
@@ -135,7 +283,7 @@ class Tokenizer:
     that knows BERT's special tokens and returns what minibert needs."""
 
     def __init__(self, backend, kind, do_lower_case, pad_token, unk_token,
-                 cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", spm_model_bytes=None,
+                 cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
                  model_type=None, files=None, split_by_punct=False):
         self.backend = backend
         self.kind = kind                      # "wordpiece", "sentencepiece" or "byte-level-bpe"
@@ -150,8 +298,7 @@ class Tokenizer:
             backend.token_to_id(token) for token in (pad_token, unk_token, cls_token, sep_token, mask_token))
         self.special_ids = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
         self.vocab_size = backend.get_vocab_size()
-        self._spm_model_bytes = spm_model_bytes  # the .model file, written back by save()
-        self._files = dict(files or {})          # DeBERTa: file name -> bytes, written back by save()
+        self.files = dict(files or {})  # SentencePiece and BPE: file name -> bytes, written back by save()
 
     def __repr__(self):
         return (f"Tokenizer(kind={self.kind!r}, model_type={self.model_type!r}, vocab_size={self.vocab_size}, "
@@ -259,37 +406,11 @@ class Tokenizer:
     # ---- saving ---------------------------------------------------------------
 
     def save(self, directory):
-        """Write the tokenizer in Hugging Face layout: vocab.txt (BERT),
-        spiece.model (ALBERT), spm.model (DeBERTa-v2/v3) or vocab.json +
-        merges.txt (DeBERTa v1), then tokenizer_config.json and tokenizer.json,
-        so that both load_tokenizer(directory) and transformers'
-        AutoTokenizer.from_pretrained(directory) read it back."""
-        directory = pathlib.Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        tokens = self.special_tokens
-        config = {"do_lower_case": self.do_lower_case, "model_max_length": 512,
-                  "pad_token": tokens["pad"], "unk_token": tokens["unk"], "cls_token": tokens["cls"],
-                  "sep_token": tokens["sep"], "mask_token": tokens["mask"]}
-        if self.kind == "wordpiece":
-            vocab = [self.backend.id_to_token(i) for i in range(self.vocab_size)]
-            (directory / "vocab.txt").write_text("".join(token + "\n" for token in vocab), encoding="utf-8")
-            config.update(tokenizer_class="BertTokenizer", tokenize_chinese_chars=True, strip_accents=None)
-        elif self.model_type in ("deberta", "deberta-v2"):
-            for name, data in self._files.items():  # the files it was read from, unchanged
-                with atomic_write(directory / name) as f:
-                    f.write(data)
-            config.update(bos_token=tokens["cls"], eos_token=tokens["sep"])
-            if self.model_type == "deberta-v2":
-                config.update(tokenizer_class="DebertaV2Tokenizer", vocab_type="spm",
-                              split_by_punct=self.split_by_punct)
-            else:
-                config.update(tokenizer_class="DebertaTokenizer", vocab_type="gpt2", add_prefix_space=False)
-        else:
-            (directory / "spiece.model").write_bytes(self._spm_model_bytes)
-            config.update(tokenizer_class="AlbertTokenizer", keep_accents=False, remove_space=True,
-                          bos_token=tokens["cls"], eos_token=tokens["sep"])
-        (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        self.backend.save(str(directory / "tokenizer.json"))
+        """Write the tokenizer in Hugging Face layout (vocab.txt, spiece.model,
+        spm.model or vocab.json + merges.txt, with tokenizer_config.json and
+        tokenizer.json), so that both load_tokenizer(directory) and
+        transformers' AutoTokenizer.from_pretrained(directory) read it back."""
+        write_tokenizer_files(self, directory)
 
 
 def truncate_seq_pair(len_a, len_b, max_tokens):
@@ -320,7 +441,7 @@ def _bert_post_processor(backend, cls_token, sep_token):
 
 
 # =============================================================================
-# BERT: WordPiece
+# The fast path: BERT's WordPiece by `tokenizers`
 # =============================================================================
 
 def _bert_normalizer(do_lower_case):
@@ -347,37 +468,14 @@ def _wordpiece_from_vocab(vocab, do_lower_case, source):
     return Tokenizer(backend, "wordpiece", do_lower_case, pad_token="[PAD]", unk_token="[UNK]")
 
 
-def read_vocab(vocab_file):
-    """vocab.txt -> dict token -> id (id = 0-based line number). Like Google's
-    `load_vocab`, each line is stripped of surrounding whitespace."""
-    path = pathlib.Path(vocab_file)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise MiniBertError(f"{path}: cannot read the vocabulary ({e})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    if not lines:
-        raise MiniBertError(f"{path}: the vocabulary is empty (expected one WordPiece per line)")
-    vocab = {}
-    for index, line in enumerate(lines):
-        token = line.strip()
-        if token in vocab:  # Google's dict would silently drop the first id
-            raise MiniBertError(f"{path} line {index + 1}: token {token!r} already appears on line "
-                                f"{vocab[token] + 1} (each token must appear once)")
-        vocab[token] = index
-    return vocab
-
-
 def wordpiece_tokenizer(vocab_file, do_lower_case=True):
     """A BERT tokenizer from a vocab.txt file."""
     return _wordpiece_from_vocab(read_vocab(vocab_file), do_lower_case, source=str(vocab_file))
 
 
 def train_wordpiece(files, vocab_size, do_lower_case=True, min_frequency=2, limit_alphabet=1000):
-    """Train a new WordPiece vocabulary on text files with `tokenizers` (shows a
-    progress bar). Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]; then the "##"
+    """Train a new WordPiece vocabulary on text files with `tokenizers` (it shows its
+    progress). Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]; then the "##"
     forms of the characters that continue words, the alphabet (the
     `limit_alphabet` most frequent characters) and the learned pieces.
 
@@ -449,87 +547,6 @@ def _alphabet_of(files, backend, limit_alphabet):
 # ALBERT: SentencePiece unigram
 # =============================================================================
 
-@dataclass
-class SentencePieceModel:
-    """What minibert reads from a SentencePiece `.model` file (a ModelProto)."""
-
-    pieces: list                 # (piece, score, type) in id order
-    unk_id: int                  # the one piece of type UNKNOWN
-    pad_id: int                  # -1 if the model has none
-    precompiled_charsmap: bytes  # the compiled normalization rules ("nmt_nfkc"); b"" for none
-    add_dummy_prefix: bool       # start the text with "▁" like every other word
-    remove_extra_whitespaces: bool = True  # no spaces at the ends, runs of spaces become one
-
-
-def read_sentencepiece_model(data, source="SentencePiece model"):
-    """Parse the bytes of a `.model` file with minibert's protobuf decoder.
-
-    sentencepiece_model.proto (only the fields used here):
-      ModelProto      1: repeated SentencePiece pieces, 2: TrainerSpec, 3: NormalizerSpec
-      SentencePiece   1: piece (string), 2: score (float), 3: type (enum, default NORMAL=1)
-      TrainerSpec     3: model_type (UNIGRAM=1, BPE=2, WORD=3, CHAR=4), 35: byte_fallback,
-                      43: pad_id (int32; -1 = none)
-      NormalizerSpec  2: precompiled_charsmap (bytes), 3: add_dummy_prefix (default true),
-                      4: remove_extra_whitespaces (default true)
-    A field left at its default is not written to the file, hence the defaults below.
-    """
-    pieces = []
-    model_type, byte_fallback, pad_id = SPM_UNIGRAM, False, -1
-    charsmap, add_dummy_prefix, remove_extra_whitespaces = b"", True, True
-    for field, wire_type, value in iter_fields(data, source):
-        if field == 1 and wire_type == 2:
-            piece, score, kind = None, 0.0, SPM_NORMAL
-            for f, w, v in iter_fields(value, f"{source} piece {len(pieces)}"):
-                if f == 1 and w == 2:
-                    try:
-                        piece = v.decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise MiniBertError(f"{source}: piece {len(pieces)} is not valid UTF-8") from None
-                elif f == 2 and w == 5:
-                    score = fixed32_to_float(v)
-                elif f == 3 and w == 0:
-                    kind = v
-            if piece is None:
-                raise MiniBertError(f"{source}: piece {len(pieces)} has no text (corrupt .model file?)")
-            pieces.append((piece, score, kind))
-        elif field == 2 and wire_type == 2:
-            for f, w, v in iter_fields(value, f"{source} trainer_spec"):
-                if f == 3 and w == 0:
-                    model_type = v
-                elif f == 35 and w == 0:
-                    byte_fallback = bool(v)
-                elif f == 43 and w == 0:
-                    pad_id = to_signed64(v)
-        elif field == 3 and wire_type == 2:
-            for f, w, v in iter_fields(value, f"{source} normalizer_spec"):
-                if f == 2 and w == 2:
-                    charsmap = v
-                elif f == 3 and w == 0:
-                    add_dummy_prefix = bool(v)
-                elif f == 4 and w == 0:
-                    remove_extra_whitespaces = bool(v)
-    if not pieces:
-        raise MiniBertError(f"{source}: no pieces found (expected a SentencePiece ModelProto)")
-    unknown = [i for i, (_, _, kind) in enumerate(pieces) if kind == SPM_UNKNOWN]
-    if len(unknown) != 1:
-        raise MiniBertError(f"{source}: expected exactly one piece of type UNKNOWN, found {len(unknown)} "
-                            f"(corrupt .model file?)")
-    if model_type != SPM_UNIGRAM:
-        raise MiniBertError(f"{source}: model_type {model_type} is not supported "
-                            f"(ALBERT and DeBERTa-v2/v3 use a unigram model, type 1)")
-    if byte_fallback:
-        raise MiniBertError(f"{source}: byte_fallback models are not supported "
-                            f"(ALBERT's and DeBERTa-v2/v3's are not byte-fallback)")
-    # The compiled table starts with the byte size of its trie: a uint32, a
-    # multiple of 4 that fits in the table. (`tokenizers` may crash on garbage.)
-    trie_size = int.from_bytes(charsmap[:4], "little")
-    if charsmap and not (len(charsmap) >= 4 and 0 < trie_size <= len(charsmap) - 4 and trie_size % 4 == 0):
-        raise MiniBertError(f"{source}: normalizer_spec.precompiled_charsmap is malformed (corrupt .model file?)")
-    if not 0 <= pad_id < len(pieces):
-        pad_id = next((i for i, (piece, _, _) in enumerate(pieces) if piece == "<pad>"), -1)
-    return SentencePieceModel(pieces, unknown[0], pad_id, charsmap, add_dummy_prefix, remove_extra_whitespaces)
-
-
 @functools.cache
 def _regex_class(predicate_name):
     """A regex character class ("[\\x{9}-\\x{D}\\x{20}...]") of every code point
@@ -593,11 +610,7 @@ def _unigram_score(piece, score):
 def sentencepiece_tokenizer(model_file, do_lower_case=True):
     """An ALBERT tokenizer from a SentencePiece `.model` file (spiece.model / 30k-clean.model)."""
     path = pathlib.Path(model_file)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise MiniBertError(f"{path}: cannot read the SentencePiece model ({e})") from None
-    spm = read_sentencepiece_model(data, source=str(path))
+    data, spm = read_model_file(path)  # the protobuf file: support/sentencepiece_model.py
     vocab = {piece: i for i, (piece, _, _) in enumerate(spm.pieces)}
     for token in ["[CLS]", "[SEP]", "[MASK]"]:
         if token not in vocab:
@@ -624,7 +637,7 @@ def sentencepiece_tokenizer(model_file, do_lower_case=True):
                                 for piece, _, _ in spm.pieces if piece in specials])
     backend.post_processor = _bert_post_processor(backend, "[CLS]", "[SEP]")
     return Tokenizer(backend, "sentencepiece", do_lower_case, pad_token=pad_token, unk_token=unk_token,
-                     spm_model_bytes=data)
+                     files={"spiece.model": data})
 
 
 # =============================================================================
@@ -677,11 +690,7 @@ def deberta_v2_tokenizer(model_file, do_lower_case=False, split_by_punct=False):
     released checkpoints have 128100 embedding rows: the last 99 are unused.
     """
     path = pathlib.Path(model_file)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise MiniBertError(f"{path}: cannot read the SentencePiece model ({e})") from None
-    spm = read_sentencepiece_model(data, source=str(path))
+    data, spm = read_model_file(path)  # the protobuf file: support/sentencepiece_model.py
     pieces = {piece for piece, _, _ in spm.pieces}
     missing = [token for token in DEBERTA_SPECIAL_TOKENS[:4] if token not in pieces]
     if missing:
@@ -714,37 +723,6 @@ def deberta_v2_tokenizer(model_file, do_lower_case=False, split_by_punct=False):
 # DeBERTa v1: GPT-2 byte-level BPE with DeBERTa's special tokens
 # =============================================================================
 
-def _read_bpe_vocab(path):
-    """vocab.json -> dict token -> id; the ids must be 0..V-1, each once
-    (they index the embedding matrix)."""
-    vocab = read_json_object(path)
-    bad = next((token for token, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool)), None)
-    if bad is not None:
-        raise MiniBertError(f"{path}: [{bad!r}] = {vocab[bad]!r}; expected an integer id")
-    if sorted(vocab.values()) != list(range(len(vocab))):
-        raise MiniBertError(f"{path}: the ids are not 0..{len(vocab) - 1}, each once "
-                            f"(duplicate, negative or missing ids)")
-    return vocab
-
-
-def _read_merges(path):
-    """merges.txt -> list of (left, right) pairs, best (first merged) first.
-    A first line "#version: ..." is a comment, as in GPT-2's file."""
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except (OSError, UnicodeDecodeError) as e:
-        raise MiniBertError(f"{path}: cannot read the BPE merges ({e})") from None
-    merges = []
-    for number, line in enumerate(lines, start=1):
-        if not line or (number == 1 and line.startswith("#version")):
-            continue
-        pair = line.split(" ")
-        if len(pair) != 2 or not all(pair):
-            raise MiniBertError(f"{path} line {number}: expected two tokens separated by one space, got {line!r}")
-        merges.append(tuple(pair))
-    return merges
-
-
 def deberta_v1_tokenizer(vocab_file, merges_file):
     """A DeBERTa v1 tokenizer from vocab.json + merges.txt (GPT-2 byte-level BPE).
 
@@ -753,7 +731,7 @@ def deberta_v1_tokenizer(vocab_file, merges_file):
     (official gpt2_tokenizer.py adds them in that order around GPT-2's ids).
     """
     vocab_file, merges_file = pathlib.Path(vocab_file), pathlib.Path(merges_file)
-    vocab, merges = _read_bpe_vocab(vocab_file), _read_merges(merges_file)
+    vocab, merges = read_bpe_vocab(vocab_file), read_merges(merges_file)
     missing = [token for token in DEBERTA_SPECIAL_TOKENS if token not in vocab]
     if missing:
         raise MiniBertError(f"{vocab_file}: no {', '.join(missing)} token (DeBERTa v1 needs "
@@ -788,127 +766,8 @@ def deberta_v1_tokenizer(vocab_file, merges_file):
 
 
 # =============================================================================
-# Finding and loading a tokenizer
+# Loading a tokenizer
 # =============================================================================
-
-def _read_tokenizer_config(folder):
-    path = folder / "tokenizer_config.json"
-    config = read_json_object(path) if path.is_file() else {}
-    for flag in ("do_lower_case", "split_by_punct"):
-        if flag in config and not isinstance(config[flag], bool):
-            raise MiniBertError(f"{path}: {flag} must be true or false, got {config[flag]!r}")
-    return config
-
-
-def _says_deberta_v2(folder, tokenizer_config):
-    """Does the folder say it holds a DeBERTa-v2/v3 model? Either
-    tokenizer_config.json names the tokenizer class or config.json has
-    model_type "deberta-v2" (v3 models use the v2 code and say so too)."""
-    if tokenizer_config.get("tokenizer_class") in ("DebertaV2Tokenizer", "DebertaV2TokenizerFast"):
-        return True
-    config = folder / "config.json"
-    return config.is_file() and read_json_object(config).get("model_type") == "deberta-v2"
-
-
-def _load_deberta(path, folder, tokenizer_config):
-    """A DeBERTa tokenizer if the folder (or the file named) is one, else None.
-
-    v2/v3: spm.model (or the .model file named) in a folder that says DeBERTa-v2
-           (see _says_deberta_v2); without that, a .model file is ALBERT's.
-    v1:    vocab.json + merges.txt (GPT-2 byte-level BPE)."""
-    spm_file = folder / "spm.model" if path.is_dir() else path
-    if spm_file.suffix == ".model" and spm_file.is_file() and _says_deberta_v2(folder, tokenizer_config):
-        return _check_added_tokens(folder, deberta_v2_tokenizer(
-            spm_file, do_lower_case=tokenizer_config.get("do_lower_case", False),
-            split_by_punct=tokenizer_config.get("split_by_punct", False)))
-    if path.is_dir() or path.name in ("vocab.json", "merges.txt"):
-        present = [name for name in ("vocab.json", "merges.txt") if (folder / name).is_file()]
-        if len(present) == 1:
-            missing = ({"vocab.json", "merges.txt"} - set(present)).pop()
-            raise MiniBertError(f"{folder}: has {present[0]} but no {missing} (a byte-level BPE "
-                                f"tokenizer, DeBERTa v1, needs both)")
-        if present:
-            return _check_added_tokens(folder, deberta_v1_tokenizer(folder / "vocab.json", folder / "merges.txt"))
-    return None
-
-
-def _check_added_tokens(folder, tokenizer):
-    """Hugging Face's added_tokens.json lists tokens added after the vocabulary
-    ({"[MASK]": 128000} for DeBERTa-v2/v3). minibert adds only [MASK], by
-    DeBERTa's rule, so the file must agree with the ids it gave."""
-    path = folder / "added_tokens.json"
-    if path.is_file():
-        for token, expected in read_json_object(path).items():
-            actual = tokenizer.backend.token_to_id(token)
-            if actual != expected:
-                raise MiniBertError(f"{path}: {token!r} has id {expected!r} there but "
-                                    f"{'none' if actual is None else actual} in minibert's tokenizer "
-                                    f"(which adds only DeBERTa's [MASK], after the last piece)")
-    return tokenizer
-
-
-def _tokenizer_json_lowercase(spec, path):
-    """The "lowercase" flag of a tokenizer.json's BertNormalizer, or None."""
-    normalizer = spec.get("normalizer")
-    if isinstance(normalizer, dict) and normalizer.get("type") == "BertNormalizer":
-        lowercase = normalizer.get("lowercase")
-        if lowercase is not None and not isinstance(lowercase, bool):
-            raise MiniBertError(f"{path}: normalizer.lowercase = {lowercase!r}; expected true or false")
-        return lowercase
-    return None
-
-
-def casing_from_folder_name(name):
-    """Google's release folders say the casing in their names:
-    uncased_L-12_H-768_A-12, wwm_uncased_..., cased_L-12_H-768_A-12,
-    multi_cased_L-12_H-768_A-12 (cased); multilingual_L-12_H-768_A-12 and
-    chinese_L-12_H-768_A-12 are lower-cased. Returns None if the name says nothing."""
-    name = name.lower()
-    if "uncased" in name:
-        return True
-    if "cased" in name:
-        return False
-    if name.startswith(("multilingual_l-", "chinese_l-")):
-        return True
-    return None
-
-
-def casing_from_vocab(vocab):
-    """An uncased vocabulary was made from lower-cased text, so none of its
-    tokens (special ones like [CLS] and [unused7] aside) has an upper-case letter."""
-    def is_special(token):
-        return len(token) > 2 and token.startswith("[") and token.endswith("]")
-    return not any(ch.isupper() for token in vocab if not is_special(token) for ch in token)
-
-
-def _find_tokenizer_file(folder):
-    for where in (folder, folder / "assets"):
-        for name in TOKENIZER_FILES:
-            if (where / name).is_file():
-                return where / name
-        models_found = sorted(where.glob("*.model")) if where.is_dir() else []
-        if models_found:
-            return models_found[0]
-    raise MiniBertError(f"{folder}: no tokenizer file found (looked for {', '.join(TOKENIZER_FILES)} "
-                        f"(with merges.txt) or *.model, here and in assets/)")
-
-
-def _vocab_from_tokenizer_json(path):
-    """The WordPiece vocabulary (token -> id) of a Hugging Face tokenizer.json."""
-    model = read_json_object(path).get("model")
-    if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
-        raise MiniBertError(f"{path}: only WordPiece tokenizer.json files are supported "
-                            f"(for SentencePiece models minibert reads the spiece.model file)")
-    vocab = model["vocab"]
-    # Ids index the embedding matrix: they must be the integers 0..V-1, each once.
-    bad = next((token for token, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool)), None)
-    if bad is not None:
-        raise MiniBertError(f"{path}: model.vocab[{bad!r}] = {vocab[bad]!r}; expected an integer id")
-    if sorted(vocab.values()) != list(range(len(vocab))):
-        raise MiniBertError(f"{path}: model.vocab ids are not 0..{len(vocab) - 1}, each once "
-                            f"(duplicate, negative or missing ids)")
-    return vocab
-
 
 def load_tokenizer(name_or_path=None, *, force_download=False):
     """The tokenizer of a model folder, a tokenizer file, or a model name.
@@ -943,24 +802,16 @@ def load_tokenizer(name_or_path=None, *, force_download=False):
         name = None if name_or_path is None else str(name_or_path)
         path = pathlib.Path(resolve_model_dir(name, force_download=force_download))
     try:
-        folder = path if path.is_dir() else path.parent
-        config = _read_tokenizer_config(folder)
-        deberta = _load_deberta(path, folder, config)
-        if deberta is not None:
-            return deberta
-        file = _find_tokenizer_file(path) if path.is_dir() else path
-        lower = config.get("do_lower_case")
-
-        if file.suffix == ".model":
-            return sentencepiece_tokenizer(file, do_lower_case=True if lower is None else lower)
-        vocab = _vocab_from_tokenizer_json(file) if file.suffix == ".json" else read_vocab(file)
-        if lower is None and (folder / "tokenizer.json").is_file():
-            lower = _tokenizer_json_lowercase(read_json_object(folder / "tokenizer.json"), folder / "tokenizer.json")
-        if lower is None:
-            lower = casing_from_folder_name(folder.name)
-        if lower is None:
-            lower = casing_from_vocab(vocab)
-        return _wordpiece_from_vocab(vocab, lower, source=str(file))
+        found = find_tokenizer_files(path)  # which files, which casing: support/tokenizer_files.py
+        if found.kind == "wordpiece":
+            return _wordpiece_from_vocab(found.vocab, found.do_lower_case, source=str(found.file))
+        if found.kind == "sentencepiece":
+            return sentencepiece_tokenizer(found.file, do_lower_case=found.do_lower_case)
+        if found.kind == "deberta-v2":
+            tokenizer = deberta_v2_tokenizer(found.file, found.do_lower_case, found.split_by_punct)
+        else:
+            tokenizer = deberta_v1_tokenizer(found.file, found.merges_file)
+        return check_added_tokens(found.folder, tokenizer)
     except MiniBertError as e:  # if the folder is a cached download, say so and how to refresh it
         from minibert.support.hub import explain_cache_error  # imported only when needed, like resolve_model_dir
         raise explain_cache_error(e, path) from None

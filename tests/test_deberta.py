@@ -13,8 +13,10 @@ import re
 import pytest
 import torch
 
-from minibert.deberta import (DebertaConfig, DebertaModel, DebertaPooler, fuse_v1_in_proj, log_bucket,
-                              masked_softmax, pairwise_mask, relative_index, split_v1_in_proj)
+from minibert.checkpoints.deberta_names import split_v1_in_proj
+from minibert.deberta import (DebertaConfig, DebertaModel, DebertaPooler, DisentangledSelfAttention, log_bucket,
+                              masked_softmax, pairwise_mask, relative_index, relative_scores_gathered,
+                              relative_scores_written_out)
 from minibert.support.errors import MiniBertError
 from minibert.probing import depth_descriptions, hidden_states as probe_hidden_states
 from tiny_models import random_batch
@@ -327,25 +329,131 @@ def test_log_buckets_keep_near_distances_and_squeeze_far_ones():
     assert log_bucket(r, 256, 512).tolist() == expected
 
 
+def test_log_buckets_worked_by_hand():
+    # position_buckets 8, max_relative_positions M = 16: m = 8 // 2 = 4, ln((M - 1) / m) = ln 3.75 = 1.3218.
+    #   |r| <= 4 keeps its own bucket: b(3) = 3, b(4) = 4
+    #   b(5)  = 4 + ceil(3 ln(5/4)  / 1.3218) = 4 + ceil(0.506) = 5
+    #   b(6)  = 4 + ceil(3 ln(6/4)  / 1.3218) = 4 + ceil(0.920) = 5     (5 and 6 share a bucket)
+    #   b(8)  = 4 + ceil(3 ln(8/4)  / 1.3218) = 4 + ceil(1.573) = 6
+    #   b(12) = 4 + ceil(3 ln(12/4) / 1.3218) = 4 + ceil(2.494) = 7
+    #   b(15) = 4 + ceil(3 ln(15/4) / 1.3218) = 4 + ceil(3.000) = 7     (exactly 3: must not round up to 8)
+    #   b(40) = 4 + ceil(3 ln(40/4) / 1.3218) = 4 + ceil(5.226) = 10    (beyond M; the index clamps it)
+    #   b(-8) = -b(8) = -6
+    r = torch.tensor([3, 4, 5, 6, 8, 12, 15, 40, -8])
+    assert log_bucket(r, 8, 16).tolist() == [3, 4, 5, 5, 6, 7, 7, 10, -6]
+
+
+# The 4-token example: one head, D = 2, hand-chosen content and relative vectors.
+Q_C = [[1, 0], [0, 1], [1, 1], [2, -1]]      # Q_i, query i = 0..3
+K_C = [[1, 2], [0, 1], [-1, 0], [1, -1]]     # K_j, key j = 0..3
+K_R = [[1, 0], [0, 1], [1, 1], [-1, 0]]      # K_r[row], rows 0..3 of the relative table (2k rows, k = 2)
+Q_R = [[0, 1], [1, 0], [1, 1], [0, -1]]      # Q_r[row]: K_R with its two columns swapped
+# delta(i, j) = clamp(i - j + k, 0, 2k - 1) with k = 2 ([DeBERTa] Eq. 3):
+#   i - j:  [ 0 -1 -2 -3]        delta:  [2 1 0 0]     (-3 + 2 = -1 -> clamped to 0)
+#           [ 1  0 -1 -2]                [3 2 1 0]
+#           [ 2  1  0 -1]                [3 3 2 1]     ( 2 + 2 =  4 -> clamped to 3)
+#           [ 3  2  1  0]                [3 3 3 2]
+DELTA = [[2, 1, 0, 0], [3, 2, 1, 0], [3, 3, 2, 1], [3, 3, 3, 2]]
+# c2c[i, j] = Q_i . K_j, e.g. c2c[3, 0] = [2, -1] . [1, 2] = 0
+C2C = [[1, 0, -1, 1], [2, 1, 0, -1], [3, 1, -1, 0], [0, -1, -2, 3]]
+# c2p[i, j] = Q_i . K_r[delta(i, j)], e.g. c2p[2, 0] = [1, 1] . K_r[3] = [1, 1] . [-1, 0] = -1
+C2P = [[1, 0, 1, 1], [0, 1, 1, 0], [-1, -1, 2, 1], [-2, -2, -2, 1]]
+# p2c[i, j] = K_j . Q_r[delta(i, j)], e.g. p2c[0, 0] = K_0 . Q_r[2] = [1, 2] . [1, 1] = 3 and
+# p2c[1, 0] = K_0 . Q_r[3] = [1, 2] . [0, -1] = -2. (The paper's Q_r[delta(j, i)] would give row 0 =
+# [3, -1, 0, 1]; the released code, and so the checkpoints, use delta(i, j): row 0 = [3, 0, 0, -1].)
+P2C = [[3, 0, 0, -1], [-2, 1, -1, -1], [-2, -1, -1, 1], [-2, -1, 0, 0]]
+# A = c2c + c2p + p2c, before the scale 1 / sqrt(3 D) = 1 / sqrt(6)
+SCORES = [[5, 0, 0, 1], [0, 3, 0, -2], [0, -1, 0, 2], [-4, -4, -4, 4]]
+
+
+def hand_tensor(rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def hand_worked_attention():
+    """A one-head, D = 2 v1 attention whose projections make the example's
+    vectors: W_q = W_k = W_v = W_k,r = I, W_q,r swaps the two columns, no
+    biases, and the output projection is I."""
+    config = DebertaConfig(**{**V1, "max_relative_positions": 2}, vocab_size=10, hidden_size=2, num_hidden_layers=1,
+                           num_attention_heads=1, intermediate_size=4, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0)
+    attention = DisentangledSelfAttention(config).eval()
+    identity, swap = torch.eye(2), torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    with torch.no_grad():
+        for linear in (attention.query, attention.key, attention.value, attention.relative_key,
+                       attention.relative_query, attention.output_projection):
+            linear.weight.copy_(swap if linear is attention.relative_query else identity)
+            if linear.bias is not None:
+                linear.bias.zero_()
+    return config, attention
+
+
+def test_v1_relative_distances_of_the_4_token_example_by_hand():
+    config, _ = hand_worked_attention()
+    assert relative_index(4, config).tolist() == DELTA
+
+
+def test_v2_buckets_of_4_tokens_by_hand():
+    # position_buckets 2: m = 1, so b(r) = r for |r| <= 1 and sign(r) (1 + ceil(0 * ...)) = +-1 beyond:
+    #   i - j:  [ 0 -1 -2 -3]    b:  [ 0 -1 -1 -1]    delta = b + S, S = 2:  [2 1 1 1]
+    #           [ 1  0 -1 -2]        [ 1  0 -1 -1]                           [3 2 1 1]
+    #           [ 2  1  0 -1]        [ 1  1  0 -1]                           [3 3 2 1]
+    #           [ 3  2  1  0]        [ 1  1  1  0]                           [3 3 3 2]
+    config = DebertaConfig(**{**TINY, **V3, "position_buckets": 2, "max_relative_positions": 8})
+    r = torch.arange(4)[:, None] - torch.arange(4)[None, :]
+    assert log_bucket(r, 2, 8).tolist() == [[0, -1, -1, -1], [1, 0, -1, -1], [1, 1, 0, -1], [1, 1, 1, 0]]
+    assert relative_index(4, config).tolist() == [[2, 1, 1, 1], [3, 2, 1, 1], [3, 3, 2, 1], [3, 3, 3, 2]]
+
+
+@pytest.mark.parametrize("scores", [relative_scores_written_out, relative_scores_gathered])
+def test_c2p_and_p2c_scores_of_the_4_token_example_by_hand(scores):
+    q, k = hand_tensor(Q_C)[None, None], hand_tensor(K_C)[None, None]        # (B, A, T, D) = (1, 1, 4, 2)
+    K_r, Q_r = hand_tensor(K_R)[None, None], hand_tensor(Q_R)[None, None]    # (1, A, R, D) = (1, 1, 4, 2)
+    delta = torch.tensor(DELTA)
+    assert torch.allclose(q @ k.transpose(-1, -2), hand_tensor(C2C))
+    assert torch.allclose(scores(q, k, K_r, None, delta), hand_tensor(C2P), atol=1e-5)
+    assert torch.allclose(scores(q, k, None, Q_r, delta), hand_tensor(P2C), atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", ["v1, relative span 6 < length", "v3, buckets reach their last row"])
+def test_written_out_and_gathered_relative_scores_are_equal(shape):
+    """The formula's lookup of one row per (i, j) and the fast gather over
+    (T, R) products give the same c2p + p2c, with clamped and bucketed rows."""
+    config = DebertaConfig(**TINY, **SHAPES[shape])
+    generator = torch.Generator().manual_seed(0)
+    T, A, D = 24, config.num_attention_heads, config.head_size
+    delta = relative_index(T, config)
+    R = 2 * config.attention_span
+    q, k = torch.randn(3, A, T, D, generator=generator), torch.randn(3, A, T, D, generator=generator)
+    K_r, Q_r = torch.randn(1, A, R, D, generator=generator), torch.randn(1, A, R, D, generator=generator)
+    for terms in [(K_r, Q_r), (K_r, None), (None, Q_r)]:
+        assert_close(relative_scores_gathered(q, k, *terms, delta), relative_scores_written_out(q, k, *terms, delta),
+                     "c2p + p2c")
+
+
+@pytest.mark.parametrize("written_out", [True, False], ids=["written-out", "gathered"])
+def test_the_attention_module_scores_and_attends_as_worked_by_hand(written_out):
+    config, attention = hand_worked_attention()
+    attention.written_out = written_out
+    q, k = hand_tensor(Q_C)[None, None], hand_tensor(K_C)[None, None]
+    P = hand_tensor(K_R)                                 # W_k,r = I gives K_r = P; W_q,r swaps: Q_r = Q_R
+    delta = relative_index(4, config)
+    relative = attention.relative_scores(q, k, P, delta)
+    assert torch.allclose(q @ k.transpose(-1, -2) + relative, hand_tensor(SCORES), atol=1e-5)
+    # The whole attention: softmax(A / sqrt(3 D)) V, with V = K_C (W_v = I) and W^O = I.
+    expected = (hand_tensor(SCORES) / math.sqrt(6)).softmax(dim=-1) @ hand_tensor(K_C)
+    mask = pairwise_mask(torch.ones(1, 4, dtype=torch.long))
+    with torch.no_grad():
+        out = attention(hand_tensor(Q_C)[None], hand_tensor(K_C)[None], mask, P, delta)
+    assert torch.allclose(out[0], expected, atol=1e-5)
+
+
 def test_v1_relative_index_is_query_minus_key_plus_k_clamped():
     config = DebertaConfig(**{**TINY, **V1, "max_relative_positions": 4})
     delta = relative_index(7, config)                     # k = 4: rows 0..7
     assert delta[0].tolist() == [4, 3, 2, 1, 0, 0, 0]     # key after the query: i - j < 0
     assert delta[6].tolist() == [7, 7, 7, 7, 6, 5, 4]     # distances beyond k share the end rows
     assert torch.equal(delta.diagonal(), torch.full((7,), 4))
-
-
-def test_split_v1_in_proj_takes_query_key_value_per_head_and_fuse_undoes_it():
-    H, A = 6, 3                                          # D = 2
-    fused = torch.arange(3 * H, dtype=torch.float32)[:, None].expand(3 * H, H).clone()   # row r holds r
-    q, k, v = split_v1_in_proj(fused, A)
-    # per head: D query rows, D key rows, D value rows
-    assert q[:, 0].tolist() == [0, 1, 6, 7, 12, 13]
-    assert k[:, 0].tolist() == [2, 3, 8, 9, 14, 15]
-    assert v[:, 0].tolist() == [4, 5, 10, 11, 16, 17]
-    assert torch.equal(fuse_v1_in_proj(q, k, v, A), fused)
-    with pytest.raises(MiniBertError, match=r"in_proj.weight of shape \[6, 6\]"):
-        split_v1_in_proj(torch.zeros(6, 6), A)
 
 
 def test_masked_softmax_is_zero_on_padding_and_on_padded_query_rows():
@@ -426,46 +534,7 @@ def test_config_reads_released_style_fields_and_transformers_defaults():
     assert v1.attention_span == 512 and v1.vocab_size == 50265 and "embedding_size" not in v1.to_dict()
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (dict(hidden_size=30), "'hidden_size' = 30: expected a multiple of num_attention_heads"),
-    (dict(pos_att_type="c2p|p2p"), "'pos_att_type'"),
-    (dict(position_buckets=8), "'position_buckets' = 8: expected its default for model_type 'deberta'"),
-    (dict(share_att_key=True), "'share_att_key'.*'deberta-v2' switch"),
-    (dict(model_type="deberta-v2", conv_kernel_size=4), "'conv_kernel_size' = 4: expected 0 .* or an odd"),
-    (dict(model_type="deberta-v2", position_buckets=200),
-     r"'position_buckets' = 200: expected less than 2 \* \(max_relative_positions - 1\) = 126"),
-    (dict(norm_rel_ebd="batch_norm"), "'norm_rel_ebd'"),
-    (dict(hidden_dropout_prob=1.5), "'hidden_dropout_prob' = 1.5: expected a probability"),
-    (dict(relative_attention="yes"), "'relative_attention' = 'yes': expected true or false"),
-    (dict(attention_head_size=16), "'attention_head_size' = 16: expected absent or .* \\(8\\)"),
-    (dict(model_type="bert"), "'model_type' = 'bert'"),
-    (dict(layer_norm_eps=float("nan")), "'layer_norm_eps'"),
-    (dict(type_vocab_size=-1), "'type_vocab_size' = -1: expected an integer >= 0"),
-], ids=lambda value: value if isinstance(value, str) else None)
-def test_bad_config_fields_are_named(overrides, message):
-    with pytest.raises(MiniBertError, match=message):
-        DebertaConfig(**{**TINY, **overrides})
-
-
-@pytest.mark.parametrize("field,value", [("vocab_size", 0), ("hidden_dropout_prob", "0.1"), ("hidden_act", "swish"),
-                                         ("pad_token_id", -1), ("initializer_range", float("inf")),
-                                         ("written_out", "no")])
-def test_the_encoder_fields_bert_and_deberta_share_are_checked_once_with_one_message(field, value):
-    # model.check_encoder_fields runs for both configs: the same bad value, the same words.
-    from minibert.model import BertConfig
-    with pytest.raises(MiniBertError) as bert_error:
-        BertConfig(**{field: value})
-    with pytest.raises(MiniBertError) as deberta_error:
-        DebertaConfig(**{**TINY, field: value})
-    assert str(bert_error.value) == str(deberta_error.value)
-    assert str(bert_error.value).startswith(f"config field '{field}'")
-
-
-def test_from_dict_names_the_file_and_refuses_what_it_cannot_compute():
-    with pytest.raises(MiniBertError, match=r"^models/x/config.json: config field 'hidden_size' = 'big'"):
-        DebertaConfig.from_dict({"model_type": "deberta", "hidden_size": "big"}, source="models/x/config.json")
-    with pytest.raises(MiniBertError, match="talking_head"):
-        DebertaConfig.from_dict({"model_type": "deberta", "talking_head": True})
+def test_a_model_with_emd_needs_embedding_size_equal_to_hidden_size():
     with pytest.raises(MiniBertError, match="Enhanced Mask Decoder"):
         DebertaModel(DebertaConfig(**TINY, **V1, embedding_size=16))
 

@@ -23,8 +23,9 @@ import pytest
 import torch
 
 from minibert.checkpoints import huggingface_state_dict, load_pretrained, save_pretrained
+from minibert.checkpoints.deberta_names import fuse_v1_in_proj, split_v1_in_proj
 from minibert.checkpoints.safetensors import load_safetensors
-from minibert.deberta import DebertaConfig, DebertaModel, fuse_v1_in_proj
+from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.support.errors import MiniBertError
 from minibert.support.hub import HUB_MODELS, hub_model_names, mirror_url, resolve_model_dir
 from test_deberta import TINY, V1, V3, batch, randomize
@@ -135,6 +136,19 @@ def test_a_v1_model_is_saved_as_a_v1_file(tmp_path):
     assert "position_buckets" not in config and "share_att_key" not in config     # v2-only switches
     assert config["legacy"] is False and config["dtype"] == config["torch_dtype"] == "float32"
     assert "deberta.embeddings.position_embeddings.weight" in saved              # EMD's table
+
+
+def test_split_v1_in_proj_takes_query_key_value_per_head_and_fuse_undoes_it():
+    H, A = 6, 3                                          # D = 2
+    fused = torch.arange(3 * H, dtype=torch.float32)[:, None].expand(3 * H, H).clone()   # row r holds r
+    q, k, v = split_v1_in_proj(fused, A)
+    # per head: D query rows, D key rows, D value rows
+    assert q[:, 0].tolist() == [0, 1, 6, 7, 12, 13]
+    assert k[:, 0].tolist() == [2, 3, 8, 9, 14, 15]
+    assert v[:, 0].tolist() == [4, 5, 10, 11, 16, 17]
+    assert torch.equal(fuse_v1_in_proj(q, k, v, A), fused)
+    with pytest.raises(MiniBertError, match=r"in_proj.weight of shape \[6, 6\]"):
+        split_v1_in_proj(torch.zeros(6, 6), A)
 
 
 def test_a_deberta_with_a_wordpiece_vocabulary_keeps_it_when_saved_again(tmp_path):

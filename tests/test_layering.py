@@ -76,11 +76,19 @@ def test_package_imports_form_no_cycle():
 
 
 def test_model_depends_only_on_the_error_type():
-    assert import_graph()["minibert.model"] == {"minibert.support.errors"}
+    # The model files import support's error type and config checks only (deberta.py also model.py).
+    allowed = {"minibert.support.errors", "minibert.support.config_checks"}
+    graph = import_graph()
+    assert graph["minibert.model"] <= allowed
+    assert graph["minibert.deberta"] <= allowed | {"minibert.model"}
+    assert all(name.startswith("minibert.support.") for name in graph["minibert.lstm"])   # its own config checks
 
 
 def test_tokenization_and_checkpoints_share_hub_and_protobuf_from_below():
     graph = import_graph()
     assert "minibert.checkpoints" not in graph["minibert.tokenization"]
-    assert {"minibert.support.hub", "minibert.support.protobuf"} <= graph["minibert.tokenization"]
+    assert {"minibert.support.hub", "minibert.support.sentencepiece_model"} <= graph["minibert.tokenization"]
+    assert "minibert.support.protobuf" in graph["minibert.support.sentencepiece_model"]
+    assert not any(name.startswith("minibert.") and not name.startswith("minibert.support.")
+                   for name in graph["minibert.support.sentencepiece_model"] | graph["minibert.support.tokenizer_files"])
     assert not any(name.startswith("minibert.checkpoints") for name in graph["minibert.support.hub"])

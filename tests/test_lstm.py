@@ -193,7 +193,7 @@ def test_siamese_features_are_h1_h2_product_and_absolute_difference():
     model.fc1.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
     a, b = batch(SENTENCES), batch(OTHERS)
     logits = model(*a, *b)
-    h1, h2 = model.encode(*a), model.encode(*b)                # (B, 2H) each, the same shared encoder
+    h1, h2 = model.encode(*a), model.encode(*b)                # (B, 2H) each, the same shared BiLSTM
     assert h1.shape == (3, 8)
     expected = torch.cat([h1, h2, h1 * h2, (h1 - h2).abs()], dim=1)   # (B, 8H)
     torch.testing.assert_close(seen[0], expected)
@@ -216,7 +216,7 @@ def test_max_pooling_takes_the_maximum_over_real_positions_only():
     model = BiLSTMClassifier(small_config(pooling="max")).eval()
     input_ids, attention_mask = batch(SENTENCES)
     pooled = model.encode(input_ids, attention_mask)
-    outputs, _ = model.encoder(model.embedding(input_ids), attention_mask.sum(1))
+    outputs, _ = model.lstm(model.embedding(input_ids), attention_mask.sum(1))
     for b, row in enumerate(SENTENCES):
         expected = outputs[b, :len(row)].max(dim=0).values
         torch.testing.assert_close(pooled[b], expected)
@@ -271,19 +271,3 @@ def test_student_config_round_trips_through_a_dict():
     assert values["hidden_size"] == 300 and values["pair"] is True and values["embedding_dim"] == 300
     assert StudentConfig.from_dict(values, "student.json") == config
     assert StudentConfig.from_dict({"vocab_size": 500, "num_classes": 2}, "x.json") == StudentConfig(500, 2)
-
-
-def test_student_config_errors_name_the_source_and_the_field():
-    with pytest.raises(MiniBertError, match=r"^student\.json: student config field 'pooling' = 'mean': "
-                                            r"expected 'final' or 'max'$"):
-        StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2, "pooling": "mean"}, "student.json")
-    with pytest.raises(MiniBertError, match="'padding_id' = 50: expected an integer in 0..49"):
-        StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2, "padding_id": 50}, "student.json")
-    with pytest.raises(MiniBertError, match="'hidden_size' = True: expected a positive integer"):
-        StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2, "hidden_size": True}, "student.json")
-    with pytest.raises(MiniBertError, match=r"'dropout' = 1\.0: expected a probability in \[0, 1\)"):
-        StudentConfig(vocab_size=50, num_classes=2, dropout=1.0)
-    with pytest.raises(MiniBertError, match="student.json: student config field 'num_classes' is missing"):
-        StudentConfig.from_dict({"vocab_size": 50}, "student.json")
-    with pytest.raises(MiniBertError, match="unknown student config field 'hiden_size'"):
-        StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2, "hiden_size": 3}, "student.json")

@@ -1,5 +1,9 @@
-"""train_mlm.py's machinery: masking statistics, the sparse MLM head, loss
-going down, bit-exact resume, and distributed training equal to one process."""
+"""minibert/pretraining.py and train_mlm.py: the sparse MLM head, loss going
+down, bit-exact resume of a whole pretraining run, distributed training equal
+to one process, and the run's folders and errors.
+
+Masking is tested in test_pretraining_data.py, the training loop on its own in
+test_training.py."""
 
 import os
 import subprocess
@@ -13,8 +17,7 @@ import torch.nn.functional as F
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModel
 from minibert.pretraining import MaskedLMObjective, pretrain
-from minibert.pretraining_data import (build_token_cache, check_token_cache, mask_tokens, split_sentences,
-                                      tokenizer_fingerprint)
+from minibert.pretraining_data import build_token_cache, check_token_cache, tokenizer_fingerprint
 from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
 from minibert.training import load_checkpoint
 from helpers import run_script_in_process
@@ -55,52 +58,6 @@ def tiny_config(vocab_size, dropout=0.0):
     return BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
                       attention_probs_dropout_prob=dropout)
-
-
-def test_sentence_splitter_keeps_abbreviation_free_sentences_apart():
-    assert split_sentences('He ran. "Stop!" she cried. Then 3 dogs came?') == ['He ran.', '"Stop!" she cried.', 'Then 3 dogs came?']
-
-
-def test_masking_chooses_15_percent_split_80_10_10_and_never_specials():
-    generator = torch.Generator().manual_seed(0)
-    B, T, V = 400, 100, 1000
-    input_ids = torch.randint(10, V, (B, T), generator=generator)
-    special = torch.zeros(B, T, dtype=torch.bool)
-    special[:, 0] = special[:, -1] = True          # [CLS] ... [SEP]
-    special[: B // 2, 80:] = True                  # padding in half the rows
-    word_starts = torch.ones(B, T, dtype=torch.bool)
-    corrupted, labels, chosen = mask_tokens(input_ids, special, word_starts, (3, V, 5), generator)
-    real = ~special
-    assert not (chosen & special).any()
-    per_row = chosen.sum(1).float() / real.sum(1).float()
-    assert per_row.sub(0.15).abs().max() < 0.01     # exactly round(15%) per sequence
-    n = chosen.sum().item()
-    masked = (corrupted == 3) & chosen
-    kept = (corrupted == input_ids) & chosen
-    assert abs(masked.sum().item() / n - 0.8) < 0.01
-    assert abs(kept.sum().item() / n - 0.1) < 0.01  # includes the rare random draw of the same token
-    assert torch.equal(labels[chosen], input_ids[chosen]) and (labels[~chosen] == -100).all()
-
-
-def test_whole_word_masking_takes_every_piece_of_a_word():
-    generator = torch.Generator().manual_seed(1)
-    B, T = 200, 60
-    input_ids = torch.randint(10, 500, (B, T), generator=generator)
-    special = torch.zeros(B, T, dtype=torch.bool)
-    special[:, 0] = special[:, -1] = True
-    word_starts = torch.rand(B, T, generator=generator) < 0.5   # words of 1..n pieces
-    word_starts |= special
-    word_starts[:, 1] = True
-    _, _, chosen = mask_tokens(input_ids, special, word_starts, (3, 500, 5), generator, whole_word=True)
-    word_index = word_starts.long().cumsum(1)
-    for b in range(B):
-        for w in word_index[b][chosen[b]].unique():
-            members = (word_index[b] == w) & ~special[b]
-            assert chosen[b][members].all(), "a word was masked only in part"
-    target = ((~special).sum(1).float() * 0.15).round()
-    assert (chosen.sum(1) <= target).all()          # never more than the per-sequence count
-    rate = chosen.sum().item() / (~special).sum().item()
-    assert 0.12 < rate < 0.16
 
 
 def test_sparse_head_gives_the_same_loss_and_gradients_as_the_full_vocabulary_head():

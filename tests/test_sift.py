@@ -18,7 +18,8 @@ from minibert.checkpoints import save_pretrained
 from minibert.support.errors import MiniBertError
 from minibert.finetuning import TaskModel
 from minibert.model import BertModel
-from minibert.sift import SiftConfig, SiftObjective, compared_distributions, initial_delta, symmetric_kl
+from minibert.heads import IGNORE_INDEX
+from minibert.sift import SiftConfig, SiftObjective, initial_delta, symmetric_kl
 from minibert.tasks.classification import ClassificationTask
 from minibert.tasks.ner import NerTask
 from minibert.tasks.squad import SquadTask
@@ -50,7 +51,7 @@ def sst2_batch(seed=0):
 
 def normalised_by_hand(model, batch):
     """LN0 of the embedding sum: each token's vector to mean 0, variance 1 (eps 1e-7)."""
-    e = model.encoder.embeddings
+    e = model.base_model.embeddings
     T = batch["input_ids"].shape[1]
     x = (e.word_embeddings.weight[batch["input_ids"]] + e.position_embeddings.weight[:T]
          + e.token_type_embeddings.weight[batch["token_type_ids"]])                        # (B, T, E)
@@ -63,7 +64,7 @@ def logits_reading(model, batch, layer_norm_input):
     """The TaskModel's logits with the embedding LayerNorm reading
     `layer_norm_input` instead of the embedding sum: the embeddings' forward
     replaced by hand (no SiFT hook involved)."""
-    e = model.encoder.embeddings
+    e = model.base_model.embeddings
     ln = e.layer_norm
 
     def replaced(input_ids, token_type_ids):
@@ -114,7 +115,7 @@ def test_clean_forward_is_exactly_unchanged_with_the_hook_installed(model_type):
     objective.losses(model, batch)
     assert torch.equal(sift.forward(model, batch), before)                  # off again after a SiFT step
     objective.remove_hooks()
-    assert not model.encoder.embeddings.layer_norm._forward_pre_hooks
+    assert not model.base_model.embeddings.layer_norm._forward_pre_hooks
 
 
 def test_the_hook_captures_the_normalised_embedding_sum_and_feeds_it_plus_delta():
@@ -123,7 +124,7 @@ def test_the_hook_captures_the_normalised_embedding_sum_and_feeds_it_plus_delta(
     batch = sst2_batch()
     perturbation = SiftObjective(task).attach(model)
     seen = []
-    model.encoder.embeddings.layer_norm.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]))
+    model.base_model.embeddings.layer_norm.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]))
     with perturbation.capturing():
         sift.forward(model, batch)
     x_hat = normalised_by_hand(model, batch)
@@ -149,7 +150,7 @@ def test_the_perturbed_input_is_scale_invariant():
     small = perturbation.normalized
     with torch.no_grad():
         for table in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-            getattr(model.encoder.embeddings, table).weight.mul_(10)
+            getattr(model.base_model.embeddings, table).weight.mul_(10)
     with perturbation.capturing():
         sift.forward(model, batch)
     assert torch.allclose(perturbation.normalized, small, atol=1e-5)
@@ -368,9 +369,9 @@ def test_a_step_under_bf16_autocast_keeps_delta_float32_and_gives_finite_gradien
 def ner_batch():
     input_ids, attention_mask, token_type_ids = random_batch(VOCAB, batch=3, length=11, seed=2)
     labels = torch.randint(0, 3, (3, 11), generator=torch.Generator().manual_seed(3))
-    labels[attention_mask == 0] = -100
-    labels[:, 0] = -100                              # [CLS]
-    labels[:, 2::3] = -100                           # continuation pieces
+    labels[attention_mask == 0] = IGNORE_INDEX
+    labels[:, 0] = IGNORE_INDEX                      # [CLS]
+    labels[:, 2::3] = IGNORE_INDEX                   # continuation pieces
     return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
             "labels": labels}
 
@@ -384,19 +385,20 @@ def squad_batch():
 def test_token_tasks_compare_labelled_tokens_and_squad_compares_positions_without_padding():
     batch = ner_batch()
     logits = torch.randn(3, 11, 3)
-    rows, weight = compared_distributions(logits, batch)
-    assert weight == 1.0 and rows.shape == (int((batch["labels"] != -100).sum()), 3)
-    assert torch.equal(rows, logits[batch["labels"] != -100])
+    rows, weight = NerTask(labels=["O", "B-PER", "I-PER"]).distributions(logits, batch)
+    assert weight == 1.0 and rows.shape == (int((batch["labels"] != IGNORE_INDEX).sum()), 3)
+    assert torch.equal(rows, logits[batch["labels"] != IGNORE_INDEX])
 
+    squad = SquadTask()
     batch = squad_batch()
     logits = torch.randn(3, 11, 2)
-    rows, weight = compared_distributions(logits, batch)
+    rows, weight = squad.distributions(logits, batch)
     assert weight == 0.5 and rows.shape == (6, 11)                          # start and end, over positions
     assert torch.equal(rows[:3, :4], logits[:, :4, 0]) and torch.equal(rows[3:, :4], logits[:, :4, 1])
     assert float(rows.softmax(-1)[2, 4:].sum()) == 0.0                      # padding: no probability
     other = logits.clone()
     other[2, 4:] += 5.0                                                     # change only padding positions
-    other_rows, _ = compared_distributions(other, batch)
+    other_rows, _ = squad.distributions(other, batch)
     assert torch.equal(symmetric_kl(other_rows, rows)[[2, 5]], torch.zeros(2))
     assert torch.isfinite(symmetric_kl(other_rows, rows)).all()
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from minibert.checkpoints import load_pretrained, tf_bundle
-from minibert.checkpoints.tf_bundle import (crc32c, find_tf_checkpoint_prefix,
-                                            list_tf_checkpoint, read_tf_checkpoint)
+from minibert.checkpoints.tf_bundle import (crc32c, find_tf_checkpoint_prefix, list_tf_checkpoint,
+                                            read_tf_checkpoint, unmask_crc)
 from minibert.support.errors import MiniBertError
 from helpers import varint
 
@@ -94,6 +94,13 @@ def test_crc32c_known_values_and_fast_path():
     for n in (1023, 1024, 5000, 70001, 1 << 20):
         data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
         assert crc32c(data) == tf_bundle._crc_update(0xFFFFFFFF, data) ^ 0xFFFFFFFF, n
+
+
+def test_crc32c_check_value_and_leveldb_masking():
+    assert crc32c(b"123456789") == 0xE3069283                            # the standard CRC-32C check value
+    crc = crc32c(b"hello")
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF      # LevelDB's mask: rotate right 15, add
+    assert unmask_crc(masked) == crc
 
 
 # ---------------------------------------------------------------------------

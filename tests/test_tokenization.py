@@ -27,20 +27,32 @@ import struct
 import sys
 import types
 import unicodedata
+from pathlib import Path
 
 import pytest
 import torch
 
-from minibert.support.errors import MiniBertError
+import minibert
 from helpers import varint
+from minibert.support.errors import MiniBertError
 from minibert.tokenization import (
     BERT_SPECIAL_TOKENS,
+    MAX_INPUT_CHARS_PER_WORD,
+    basic_tokenize,
     casing_from_folder_name,
+    clean_text,
     load_tokenizer,
+    lower_case,
     read_sentencepiece_model,
+    read_vocab,
+    run_strip_accents,
     sentencepiece_tokenizer,
+    split_on_punctuation,
+    tokenize_chinese_chars,
     train_wordpiece,
+    wordpiece,
     wordpiece_tokenizer,
+    written_out_tokenize,
 )
 
 try:
@@ -93,6 +105,8 @@ CASED_VOCAB = BERT_SPECIAL_TOKENS + [
     "CAF", "##É", "NA", "##Ï", "##VE", "1", "##0", "3", "##1", ".", "mask", "MASK", "Mask", "sat", "on",
 ]
 CASED_VOCAB = list(dict.fromkeys(CASED_VOCAB))  # "." appears twice above
+
+BUNDLED_VOCAB = Path(minibert.__file__).parent / "pretrained" / "minibert-gutenberg" / "vocab.txt"
 
 
 def write_vocab(folder, tokens):
@@ -148,6 +162,143 @@ def bert(request, tmp_path_factory):
 
 def strip_accents(text):
     return "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+
+
+# ---------------------------------------------------------------------------
+# The lesson: WordPiece written out, against the fast path
+# ---------------------------------------------------------------------------
+
+LESSON_VOCAB = BERT_SPECIAL_TOKENS + [
+    "un", "##aff", "##able", "the", "cafe", "hello", "world", "don", "t", ",", "!", "'", "[", "]",
+    "中", "文", "a", "##a", "ο", "##δ", "##ο", "##σ", "angstrom"]
+LESSON_VOCAB_IDS = {token: i for i, token in enumerate(LESSON_VOCAB)}
+
+
+def test_basic_tokenizer_steps_by_hand():
+    assert clean_text("a\x00b\ufffdc\x07d\u200be\ue000f") == "abcdef"  # NUL, U+FFFD, Cc, Cf, Co deleted
+    assert clean_text("a\tb\nc\u00a0d\u3000e") == "a b c d e"            # every whitespace becomes " "
+    assert tokenize_chinese_chars("a中文b") == "a 中  文 b"
+    assert run_strip_accents("Ångström café") == "Angstrom cafe"
+    assert lower_case("ΟΔΟΣ") == "οδοσ" != "ΟΔΟΣ".lower()                # no final sigma, see lower_case
+    assert split_on_punctuation("don't!") == ["don", "'", "t", "!"]
+    assert split_on_punctuation("$5") == ["$", "5"]                       # ASCII symbols count as punctuation
+    assert basic_tokenize("Hello,\tCafé 中文!", do_lower_case=True) == ["hello", ",", "cafe", "中", "文", "!"]
+    assert basic_tokenize("Hello,\tCafé", do_lower_case=False) == ["Hello", ",", "Café"]
+
+
+def test_wordpiece_greedy_longest_match_first_by_hand():
+    vocab = LESSON_VOCAB_IDS
+    assert wordpiece("unaffable", vocab) == ["un", "##aff", "##able"]
+    assert wordpiece("aaa", vocab) == ["a", "##a", "##a"]
+    assert wordpiece("unaffablex", vocab) == ["[UNK]"]  # "x" fits nowhere: the whole word is unknown
+    assert wordpiece("a" * MAX_INPUT_CHARS_PER_WORD, vocab) == ["a"] + ["##a"] * 99
+    assert wordpiece("a" * (MAX_INPUT_CHARS_PER_WORD + 1), vocab) == ["[UNK]"]  # Google: up to 200
+
+
+@pytest.mark.parametrize("text, do_lower_case, expected", [
+    ("unaffable", True, ["un", "##aff", "##able"]),
+    ("UnAffable", True, ["un", "##aff", "##able"]),
+    ("UnAffable", False, ["[UNK]"]),                                  # cased: "Un" is not in the vocabulary
+    ("hello, world!", True, ["hello", ",", "world", "!"]),
+    ("don't", True, ["don", "'", "t"]),
+    ("Café ÅNGSTRÖM", True, ["cafe", "angstrom"]),                     # accents stripped with lower-casing
+    ("café", False, ["[UNK]"]),                                       # ... and kept without it
+    ("the中文world", True, ["the", "中", "文", "world"]),
+    ("hel\x00lo\u200b wor\ufffdld\x07\t!", True, ["hello", "world", "!"]),
+    ("hel\ue000lo", True, ["hello"]),                                 # private use deleted (Google keeps it)
+    ("ΟΔΟΣ", True, ["ο", "##δ", "##ο", "##σ"]),                       # "σ", not Google's final "ς"
+    ("a" * 100, True, ["a"] + ["##a"] * 99),
+    ("a" * 101 + " the", True, ["[UNK]", "the"]),                     # Google: a ##a ... (limit 200)
+    ("zebra the", True, ["[UNK]", "the"]),
+    ("the [MASK]!", True, ["the", "[MASK]", "!"]),                    # typed special tokens stay whole
+    ("the[MASK]world", True, ["the", "[MASK]", "world"]),
+    ("[mask]", True, ["[", "[UNK]", "]"]),                            # lower-case "[mask]" is text
+    ("a\U0002B820a a\U0002B920a", True, ["[UNK]", "a", "[UNK]", "a"]),  # CJK Extension E, see CJK_RANGES
+    ("", True, []),
+    (" \t\n", True, []),
+])
+def test_written_out_tokenize_by_hand_equals_the_fast_path(text, do_lower_case, expected, tmp_path_factory):
+    fast = wordpiece_tokenizer(write_vocab(tmp_path_factory.mktemp("lesson"), LESSON_VOCAB), do_lower_case)
+    assert written_out_tokenize(text, LESSON_VOCAB_IDS, do_lower_case) == expected
+    assert fast.tokenize(text) == expected
+
+
+def test_written_out_tokenize_equals_the_fast_path_on_the_test_texts(bert):
+    ours = bert[0]
+    vocab = ours.backend.get_vocab()
+    for text in TEXTS:
+        assert written_out_tokenize(text, vocab, ours.do_lower_case) == ours.tokenize(text), text
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_written_out_tokenize_equals_the_fast_path_on_every_character(do_lower_case):
+    """Every character that Unicode 3.2 already had, between two letters. The
+    characters Unicode added since then are left out: `tokenizers` classifies
+    them by Unicode 8.0, Python by its own newer tables (see CJK_RANGES), so
+    some of them differ. Four old characters changed category since 8.0 too."""
+    vocab = read_vocab(BUNDLED_VOCAB)
+    fast = wordpiece_tokenizer(BUNDLED_VOCAB, do_lower_case)
+    recategorised = {0x166D, 0x1734, 0x1885, 0x1886}  # Po -> So (Unicode 12), Mn -> Mc (14), Lo -> Mn (9)
+    texts = [f"a{chr(cp)}b" for cp in range(0x110000) if unicodedata.ucd_3_2_0.category(chr(cp)) not in ("Cn", "Cs")
+             and not 0xE001 <= cp <= 0xF8FE and cp < 0xF0000 and cp not in recategorised]  # private use: U+E000, U+F8FF
+    assert len(texts) > 90000
+    expected = [fast.tokenize(text) for text in texts]
+    assert [written_out_tokenize(text, vocab, do_lower_case) for text in texts] == expected
+
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_FILES = {  # reader, files (see each folder's PROVENANCE.md)
+    "sst2": ("sst2/train.tsv", "sst2/dev.tsv"),
+    "snli": ("snli/snli_1.0_dev.jsonl",),
+    "mrpc": ("mrpc/train.tsv", "mrpc/dev.tsv", "mrpc/msr_paraphrase_train.txt"),
+    "conll": ("conll2003/eng.train", "conll2003/eng.testa"),
+    "squad": ("squad1.1/dev-v1.1.json", "squad2/dev-v2.0-half-cs224n.json"),
+}
+
+
+@pytest.fixture(scope="module")
+def shared_sentences():
+    """Every sentence of the shared data sets (both sides of each pair, each
+    CoNLL sentence with its words joined by spaces, each SQuAD question and
+    paragraph), read with minibert's own readers; and the distinct
+    space-separated chunks of them all."""
+    from minibert.tasks.readers import read_conll, read_mrpc, read_snli, read_squad, read_sst2
+    if not all((SHARED_DATA / name).is_file() for names in SHARED_FILES.values() for name in names):
+        pytest.skip("needs ../shared/data (SST-2, SNLI, MRPC, CoNLL-2003, SQuAD), absent here")
+    sentences = []
+    for kind, names in SHARED_FILES.items():
+        for path in (SHARED_DATA / name for name in names):
+            if kind in ("sst2", "snli", "mrpc"):
+                read = {"sst2": read_sst2, "snli": read_snli, "mrpc": read_mrpc}[kind]
+                sentences += [text for example in read(path) for text in (example.text_a, example.text_b) if text]
+            elif kind == "conll":
+                sentences += [" ".join(sentence.words) for sentence in read_conll(path).sentences]
+            else:
+                questions = read_squad(path)[0]
+                sentences += [q.question for q in questions] + list(dict.fromkeys(q.context for q in questions))
+    assert len(sentences) > 140000
+    chunks = sorted({chunk for sentence in sentences for chunk in sentence.split(" ")})
+    return sentences, chunks
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("vocabulary, do_lower_case", [("bundled", True), ("all-MiniLM-L6-v2", True),
+                                                       ("all-MiniLM-L6-v2", False)])
+def test_written_out_tokenize_equals_the_fast_path_on_every_shared_sentence(shared_sentences, vocabulary,
+                                                                             do_lower_case):
+    """A plain space ends a word before and after the basic tokenizer (no step
+    removes, adds or joins across it), so a sentence's tokens are the tokens of
+    its space-separated chunks, one after the other. Both tokenizers are
+    therefore compared once on each distinct chunk of every sentence (90,000
+    chunks instead of 11 million characters: seconds, not minutes), and on
+    whole sentences for every 50th sentence, which checks that rule too."""
+    vocab_file = BUNDLED_VOCAB if vocabulary == "bundled" else bert_uncased_vocab()
+    vocab, fast = read_vocab(vocab_file), wordpiece_tokenizer(vocab_file, do_lower_case)
+    sentences, chunks = shared_sentences
+    expected = [fast.tokenize(chunk) for chunk in chunks]
+    assert [written_out_tokenize(chunk, vocab, do_lower_case) for chunk in chunks] == expected
+    for sentence in sentences[::50]:
+        assert written_out_tokenize(sentence, vocab, do_lower_case) == fast.tokenize(sentence)
 
 
 # ---------------------------------------------------------------------------

@@ -130,3 +130,10 @@ def write_sst2(path, rows):
     """A GLUE SST-2 TSV (header, sentence<TAB>label)."""
     path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in rows), encoding="utf-8")
     return path
+
+
+def small_config(**overrides):
+    """A BERT small enough to check by hand (H=8, two heads, two layers, V=40), dropout off."""
+    values = dict(vocab_size=40, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=12,
+                  max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return BertConfig(**{**values, **overrides})

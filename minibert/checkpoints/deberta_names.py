@@ -10,13 +10,25 @@ plus the heads around them (docs/deberta.md 4.3, 4.4):
                                and every released file)
     pooler.dense.*             the sequence-classification pooler
 
-One row is not a plain rename: v1 stores Q, K and V as one fused
-`in_proj.weight` [3H, H] (no bias) plus `q_bias` and `v_bias`, where our
-attention has separate query / key / value projections in v2's layout
-(minibert/deberta.py's module docstring). A `FusedInProj` name stands for
-the one file tensor and our three, cut per head by split_v1_in_proj on load
-and put back together by fuse_v1_in_proj on save (docs/deberta.md 4.5), so a
-v1 model is saved as a v1 file.
+v1's fused projection. One attention class (minibert/deberta.py) serves
+both versions, in v2's layout: separate `query`, `key`, `value`
+projections, and `relative_key` (W_k,r, for c2p) and `relative_query`
+(W_q,r, for p2c) when share_att_key is false. v1's files store Q, K and V
+as one fused `in_proj` (no bias) plus `q_bias`, `v_bias`, and `pos_proj`
+(no bias), `pos_q_proj` (bias). A v1 model therefore has exactly v1's
+parameters, renamed: its `key` and `relative_key` have no bias (v1 has none
+to put there), and
+
+    in_proj.weight [3H, H]   <-> query.weight, key.weight, value.weight
+                                 (split_v1_in_proj / fuse_v1_in_proj below)
+    q_bias                   <-> query.bias
+    v_bias                   <-> value.bias
+    pos_proj.weight          <-> relative_key.weight
+    pos_q_proj.{weight,bias} <-> relative_query.{weight,bias}
+
+A `FusedInProj` name stands for the one file tensor and our three. The
+newest official code converts v1 files the same way (docs/deberta.md 4.5);
+the map is exact in both directions, so a v1 model saved back is a v1 file.
 
 `python -m minibert.checkpoints.deberta_names v1` (or v3) prints the table.
 """
@@ -24,8 +36,10 @@ v1 model is saved as a v1 file.
 import sys
 from dataclasses import dataclass
 
+import torch
+
 from minibert.checkpoints.name_maps import EMBEDDING, LAYER_NORM, LINEAR, PARAM, expand
-from minibert.deberta import fuse_v1_in_proj, split_v1_in_proj
+from minibert.support.errors import MiniBertError
 
 PREFIX = "deberta."
 POSITION_TABLE = "deberta.embeddings.position_embeddings.weight"
@@ -40,6 +54,28 @@ LAYER_ROWS = [
     ("feed_forward.w2", "output.dense", LINEAR),
     ("feed_forward_layer_norm", "output.LayerNorm", LAYER_NORM),
 ]
+
+
+def split_v1_in_proj(in_proj_weight, num_heads):
+    """v1's fused projection [3H, H] -> (W_q, W_k, W_v), each [H, H].
+
+    v1 views in_proj's 3H outputs as (A, 3D): per head, D query features,
+    then D key features, then D value features (not all queries first), so
+    the weight is reshaped to [A, 3, D, H] and cut along the "3" axis
+    (docs/deberta.md 1.3)."""
+    three_h, H = in_proj_weight.shape
+    if three_h != 3 * H or H % num_heads:
+        raise MiniBertError(f"in_proj.weight of shape {list(in_proj_weight.shape)}: expected [3H, H] with H a "
+                            f"multiple of {num_heads} heads")
+    per_head = in_proj_weight.reshape(num_heads, 3, H // num_heads, H)      # (A, q/k/v, D, H)
+    return tuple(per_head[:, part].reshape(H, H) for part in range(3))
+
+
+def fuse_v1_in_proj(query_weight, key_weight, value_weight, num_heads):
+    """The inverse of split_v1_in_proj: three [H, H] weights -> v1's [3H, H]."""
+    H = query_weight.shape[0]
+    parts = [w.reshape(num_heads, 1, H // num_heads, H) for w in (query_weight, key_weight, value_weight)]
+    return torch.cat(parts, dim=1).reshape(3 * H, H)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Support code: what makes the lessons safe and practical, and what a student may skip.
 
     errors.py     MiniBertError, the one exception raised for bad input
+    config_checks.py  BertConfig's and DebertaConfig's field checks (type and range of every field)
     fileio.py     atomic writes (temporary name, then rename), JSON files
     cli.py        the scripts' flag checks and one-line `error: ...` exits
     devices.py    `--device` -> torch.device; moving batches to it

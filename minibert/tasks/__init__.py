@@ -1,5 +1,6 @@
 """The fine-tuning tasks of the BERT paper, one small object per task type.
 
+  registry.py         the task names and each classification task's labels (one table)
   readers.py          each dataset's file format (GLUE TSVs, SST trees, SNLI JSON
                       lines, CoNLL-2003 columns, SQuAD JSON) -> plain dataclasses
   classification.py   one sentence or a pair -> a class (SST-2, SNLI, MNLI, MRPC, QQP)
@@ -12,9 +13,7 @@ minibert.metrics (the interface is described in minibert/finetuning.py).
 """
 
 from minibert.support.errors import MiniBertError
-
-CLASSIFICATION = ("sst2", "snli", "mnli", "mrpc", "qqp")
-TASK_NAMES = (*CLASSIFICATION, "conll2003", "squad")
+from minibert.tasks.registry import CLASSIFICATION, CLASSIFICATION_LABELS, NER, SQUAD, TASK_NAMES, WITH_F1  # noqa: F401
 
 
 def make_task(name, labels=None, settings=None):
@@ -25,10 +24,10 @@ def make_task(name, labels=None, settings=None):
     if name in CLASSIFICATION:
         from minibert.tasks.classification import ClassificationTask
         return ClassificationTask(name, labels=labels)
-    if name == "conll2003":
+    if name == NER:
         from minibert.tasks.ner import NerTask
         return NerTask(labels=labels)
-    if name == "squad":
+    if name == SQUAD:
         from minibert.tasks.squad import SquadTask
         return SquadTask(settings=settings)
     raise MiniBertError(f"unknown task {name!r}; expected one of {', '.join(TASK_NAMES)}")
@@ -40,8 +39,8 @@ def split_for_evaluation(task, examples, fraction, seed):
     one side, so no paragraph is both trained on and evaluated; SNLI keeps
     the hypotheses of one premise together."""
     from minibert.tasks.readers import split_examples
-    if task.name == "squad":
+    if task.name == SQUAD:
         return task.split(examples, fraction, seed)
-    if task.name == "conll2003":
+    if task.name == NER:
         raise MiniBertError("--split-eval: conll2003 has its own dev file (eng.testa): pass it as --eval")
     return split_examples(examples, fraction, seed, group=lambda example: example.text_a)

@@ -4,7 +4,7 @@ One text (SST-2) or two (SNLI, MRPC, MNLI, QQP) are packed as
 `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`; the pooled [CLS] vector C goes
 through dropout and one linear layer W (K x H), and the class probabilities
 are softmax(C W^T) (Google's run_classifier.py `create_model`). The loss is
-the cross-entropy of the gold class.
+the cross-entropy of the gold class, log(softmax(C W^T)) in the paper's words.
 """
 
 import json
@@ -13,32 +13,23 @@ import numpy as np
 import torch.nn.functional as F
 
 from minibert import metrics
+from minibert.heads import OutputLayer
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write
-from minibert.finetuning import OutputLayer
-
-# task -> (its labels as written in the data, whether the official metrics add
-# the F1 of the positive class "1": GLUE reports it for MRPC and QQP)
-CLASSIFICATION_TASKS = {
-    "sst2": (["0", "1"], False),
-    "snli": (["entailment", "neutral", "contradiction"], False),
-    "mnli": (["entailment", "neutral", "contradiction"], False),
-    "mrpc": (["0", "1"], True),
-    "qqp": (["0", "1"], True),
-}
+from minibert.tasks.registry import CLASSIFICATION_LABELS, WITH_F1
 
 
 class ClassificationTask:
-    """SST-2, SNLI, MNLI, MRPC or QQP (see CLASSIFICATION_TASKS)."""
+    """SST-2, SNLI, MNLI, MRPC or QQP (their labels: tasks/registry.py)."""
 
     main_metric = "accuracy"
     uses_pooler = True
 
     def __init__(self, name, labels=None):
-        default_labels, self.with_f1 = CLASSIFICATION_TASKS[name]
         self.name = name
-        self.labels = list(labels) if labels is not None else default_labels
-        self.label_ids = {label: i for i, label in enumerate(self.labels)}
+        self.labels = list(labels) if labels is not None else list(CLASSIFICATION_LABELS[name])
+        self.with_f1 = name in WITH_F1
+        self.label_to_id = {label: i for i, label in enumerate(self.labels)}
 
     def read(self, path):
         from minibert.tasks.readers import read_task_file
@@ -53,26 +44,39 @@ class ClassificationTask:
         for index, (example, encoding) in enumerate(zip(examples, encodings)):
             feature = {"input_ids": encoding.ids, "token_type_ids": encoding.token_type_ids, "example": index}
             if example.label is not None:
-                if example.label not in self.label_ids:
+                if example.label not in self.label_to_id:
                     raise MiniBertError(f"line {example.line}: label {example.label!r} is not one of "
                                         f"{self.name}'s labels {self.labels}")
-                feature["labels"] = self.label_ids[example.label]
+                feature["labels"] = self.label_to_id[example.label]
             features.append(feature)
         return features
 
     def make_head(self, config):
         return OutputLayer(config, len(self.labels), per_token=False)   # on the pooled [CLS] vector
 
-    # ---- the objective (training.train) ------------------------------------
+    # ---- the objective -------------------------------------------------------
+
+    def loss(self, logits, batch):
+        """L = -(1/B) sum_i log softmax(C_i W^T)[y_i]: the mean cross-entropy
+        of the gold classes over the batch's B examples."""
+        return F.cross_entropy(logits.float(), batch["labels"])
 
     def counts(self, batch):
         return {"classification": len(batch["labels"])}
 
     def losses(self, logits, batch):
-        logits = logits.float()
+        """The loss in training.train's form: B L, the SUM over this batch.
+        train adds the sums of all its micro-batches (and processes) and
+        divides once by their total count: gradient accumulation and
+        torch.distributed then average exactly as one large batch would."""
         labels = batch["labels"]
-        return {"classification": (F.cross_entropy(logits, labels, reduction="sum"),
-                                   (logits.argmax(-1) == labels).sum())}
+        correct = (logits.argmax(-1) == labels).sum()
+        return {"classification": (self.loss(logits, batch) * len(labels), correct)}
+
+    def distributions(self, logits, batch):
+        """What the loss compares, as (rows, weight): one softmax row of K
+        logits per example, each weighing 1 (SiFT's symmetric KL)."""
+        return logits, 1.0                                                  # (B, K)
 
     # ---- predictions and metrics -------------------------------------------
 
@@ -100,4 +104,3 @@ class ClassificationTask:
                 record = {"id": example.id} if example.id is not None else {}
                 record.update(label=label, probs=[round(float(p), 6) for p in probs])
                 f.write(json.dumps(record) + "\n")
-

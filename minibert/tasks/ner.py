@@ -5,12 +5,15 @@ Every token's final hidden vector T_i goes through dropout and one linear
 layer W (K x H), and softmax(T_i W^T) is the distribution over the K tags.
 WordPiece splits a word into pieces, but the tags belong to words: as in the
 paper (5.3), only the FIRST piece of each word is labelled and predicted;
-the other pieces get the label -100, which the cross-entropy ignores, and
-their outputs are not read (docs/papers.md 4.2).
+the other pieces get the label IGNORE_INDEX (-100), which the cross-entropy
+skips, and their outputs are not read (docs/papers.md 4.2).
 
     words   Jim    Henson         was
     pieces  jim    hen    ##son   was
     labels  B-PER  I-PER  -100    O
+
+The loss is the mean cross-entropy over the N labelled pieces (one per word):
+L = -(1/N) sum_i log softmax(T_i W^T)[y_i].
 
 Tags: CoNLL-2003's shared files are IOB1 (an entity starts with I-; B- only
 separates two adjacent entities of one type). The model is trained on IOB2
@@ -29,11 +32,10 @@ import numpy as np
 import torch.nn.functional as F
 
 from minibert import metrics
+from minibert.heads import IGNORE_INDEX, OutputLayer
 from minibert.support.errors import MiniBertError
-from minibert.finetuning import OutputLayer
 from minibert.tasks.readers import read_conll, write_conll_predictions
-
-IGNORED = -100   # the label of tokens the loss skips (F.cross_entropy's ignore_index)
+from minibert.tasks.registry import NER
 
 
 class NerExamples(list):
@@ -76,21 +78,21 @@ def word_of_each_piece(words, offsets):
     return word_of_piece
 
 
-def chunk_starts(word_of_piece, budget):
-    """Where to cut a sentence's pieces into chunks of at most `budget`
-    pieces (the start index of each chunk).
+def window_starts(word_of_piece, budget):
+    """Where to cut a sentence's pieces into windows of at most `budget`
+    pieces (the start index of each window).
 
     BERT sees at most max_seq_len tokens, but every word of a CoNLL file
-    needs a tag, so a long sentence is cut into consecutive chunks, each a
+    needs a tag, so a long sentence is cut into consecutive windows, each a
     feature of its own, rather than truncated. A cut falls between two
     words, so every word keeps its pieces together; only a word of more
     than `budget` pieces is itself cut (its first piece, the labelled one,
-    stays in the earlier chunk). Chunks do not overlap: the words near a
+    stays in the earlier window). Windows do not overlap: the words near a
     cut see less context, which costs little because few CoNLL sentences
     are longer than the 126 pieces that max_seq_len 128 leaves."""
     starts = [0]
     while len(word_of_piece) - starts[-1] > budget:
-        cut = starts[-1] + budget            # the furthest this chunk can reach
+        cut = starts[-1] + budget            # the furthest this window can reach
         while cut > starts[-1] and word_of_piece[cut] == word_of_piece[cut - 1]:
             cut -= 1                         # back to the start of the word that `cut` splits
         starts.append(cut if cut > starts[-1] else starts[-1] + budget)
@@ -117,7 +119,7 @@ class NerTask:
     to IOB2 and sorted; a fine-tuned folder stores it in task.json, and the
     task loaded from there gets it back as `labels`."""
 
-    name = "conll2003"
+    name = NER
     main_metric = "f1"
     uses_pooler = False       # a class per token: the head reads every token, not [CLS]
 
@@ -140,9 +142,14 @@ class NerTask:
         known = set(self.labels or []) | tags | {"O"}
         self.labels = ["O"] + sorted(known - {"O"})
 
-    def label_ids(self, sentence, index):
+    @property
+    def label_to_id(self):
+        """{tag: class index}, as ClassificationTask.label_to_id."""
+        return {label: i for i, label in enumerate(self.labels or [])}
+
+    def labels_of_words(self, sentence, index):
         """The class index of each word's IOB2 tag."""
-        ids = {label: i for i, label in enumerate(self.labels)}
+        ids = self.label_to_id
         tags = iob2_tags(sentence)
         unknown = [tag for tag in tags if tag not in ids]
         if unknown:
@@ -151,10 +158,10 @@ class NerTask:
         return [ids[tag] for tag in tags]
 
     def features(self, examples, tokenizer, max_seq_len):
-        """One feature per chunk of max_seq_len - 2 pieces ([CLS] chunk [SEP]),
-        so usually one per sentence (see `chunk_starts`). Besides the model
+        """One feature per window of max_seq_len - 2 pieces ([CLS] window [SEP]),
+        so usually one per sentence (see `window_starts`). Besides the model
         inputs, a feature has "labels" (per token: the tag index at a word's
-        first piece, -100 elsewhere; only for tagged files), "example" (the
+        first piece, IGNORE_INDEX elsewhere; only for tagged files), "example" (the
         sentence index) and "_word_starting_here" (per token: the word it is
         the first piece of, or None), which `predict` maps back with."""
         self.check_labels()
@@ -162,22 +169,22 @@ class NerTask:
         if budget < 1:
             raise MiniBertError(f"max_seq_len {max_seq_len} leaves no room for a word between [CLS] and [SEP]")
         texts = [" ".join(sentence.words) for sentence in examples]
-        encodings = tokenizer.encode_many(texts)   # no max_length: the chunks below keep every piece
+        encodings = tokenizer.encode_many(texts)   # no max_length: the windows below keep every piece
         features = []
         for index, (sentence, encoding) in enumerate(zip(examples, encodings)):
             real = [i for i, sequence in enumerate(encoding.sequence_ids) if sequence is not None]   # drop [CLS]/[SEP]
             ids = [encoding.ids[i] for i in real]
             word_of_piece = word_of_each_piece(sentence.words, [encoding.offsets[i] for i in real])
             starting = first_pieces(word_of_piece)
-            tag_ids = self.label_ids(sentence, index) if sentence.tags is not None else None
-            starts = chunk_starts(word_of_piece, budget)
+            tag_ids = self.labels_of_words(sentence, index) if sentence.tags is not None else None
+            starts = window_starts(word_of_piece, budget)
             for start, end in zip(starts, starts[1:] + [len(ids)]):
                 word_starting_here = [None] + starting[start:end] + [None]   # [CLS] and [SEP] start no word
                 feature = {"input_ids": [tokenizer.cls_id] + ids[start:end] + [tokenizer.sep_id],
                            "token_type_ids": [0] * len(word_starting_here), "example": index,
                            "_word_starting_here": word_starting_here}
                 if tag_ids is not None:
-                    feature["labels"] = [IGNORED if word is None else tag_ids[word] for word in word_starting_here]
+                    feature["labels"] = [IGNORE_INDEX if word is None else tag_ids[word] for word in word_starting_here]
                 features.append(feature)
         return features
 
@@ -192,17 +199,32 @@ class NerTask:
         self.learning_labels = False
         return OutputLayer(config, len(self.labels), per_token=True)   # on every token
 
-    # ---- the objective (training.train) ------------------------------------
+    # ---- the objective ---------------------------------------------------------
+
+    def loss(self, logits, batch):
+        """L = -(1/N) sum_i log softmax(T_i W^T)[y_i] over the N labelled
+        pieces (a word's first piece); IGNORE_INDEX pieces are skipped."""
+        logits = logits.float()
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
+                               ignore_index=IGNORE_INDEX)
 
     def counts(self, batch):
-        return {"ner": int((batch["labels"] != IGNORED).sum())}
+        return {"ner": int((batch["labels"] != IGNORE_INDEX).sum())}
 
     def losses(self, logits, batch):
-        logits, labels = logits.float(), batch["labels"]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                               ignore_index=IGNORED, reduction="sum")
-        correct = ((logits.argmax(-1) == labels) & (labels != IGNORED)).sum()
+        """The loss in training.train's form: N L, the SUM over this batch's
+        labelled pieces (train divides the step's sum by the step's count;
+        see ClassificationTask.losses). A batch with no labelled piece adds 0."""
+        labels = batch["labels"]
+        n = int((labels != IGNORE_INDEX).sum())
+        loss = self.loss(logits, batch) * n if n else logits.float().sum() * 0.0
+        correct = ((logits.argmax(-1) == labels) & (labels != IGNORE_INDEX)).sum()
         return {"ner": (loss, correct)}
+
+    def distributions(self, logits, batch):
+        """What the loss compares, as (rows, weight): one softmax row of K
+        logits per labelled piece, each weighing 1 (SiFT's symmetric KL)."""
+        return logits[batch["labels"] != IGNORE_INDEX], 1.0                # (N, K)
 
     # ---- predictions and metrics -------------------------------------------
 
@@ -214,7 +236,7 @@ class NerTask:
 
     def predict(self, examples, features, outputs):
         """One list of IOB2 tags per sentence, one tag per word: the most
-        probable tag at the word's first piece, the chunks of a long sentence
+        probable tag at the word's first piece, the windows of a long sentence
         put back together. A word with no piece at all (one the tokenizer
         deletes, e.g. a lone control character) is tagged O. The tags are
         the argmax per word, as in BERT; an I- after O can occur and

@@ -15,7 +15,7 @@ finetune.py never needs to know where a file came from:
     read_task_file(task, path)  any of the above, by task name
 
 Labels are kept exactly as the data writes them ("0"/"1", "entailment", ...);
-TASK_LABELS lists each task's labels. A file without a label column (a file
+tasks/registry.py's CLASSIFICATION_LABELS lists each task's labels. A file without a label column (a file
 to predict on, like GLUE's test TSVs) gives label None.
 
 Bad input raises `MiniBertError` with one line naming the file, the line
@@ -38,15 +38,8 @@ from typing import Optional
 
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, read_json_object
+from minibert.tasks.registry import CLASSIFICATION_LABELS
 
-# Each classification task's labels, as written in its files.
-TASK_LABELS = {
-    "sst2": ("0", "1"),                                    # negative, positive
-    "snli": ("entailment", "neutral", "contradiction"),
-    "mrpc": ("0", "1"),                                    # 1 = paraphrase
-    "mnli": ("entailment", "neutral", "contradiction"),
-    "qqp": ("0", "1"),                                     # 1 = duplicate
-}
 
 # SNLI (and MNLI) write "-" as the gold label when the annotators did not
 # agree; such pairs are dropped, as in every published result.
@@ -219,8 +212,8 @@ def _check_format(path, task):
 
 
 def _check_label(path, number, task, label):
-    if label not in TASK_LABELS[task]:
-        expected = ", ".join(TASK_LABELS[task])
+    if label not in CLASSIFICATION_LABELS[task]:
+        expected = ", ".join(CLASSIFICATION_LABELS[task])
         raise _error(path, number, f"unknown {task} label {label!r} (expected one of {expected})")
 
 

@@ -36,10 +36,10 @@ from typing import Optional
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from minibert import metrics
+from minibert.heads import MASKED_LOGIT, SpanHead
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
 
@@ -52,23 +52,6 @@ SETTINGS = ("squad_version", "doc_stride", "max_query_len", "max_answer_len", "n
 SMALLEST_PROBABILITY = float(np.finfo(np.float32).tiny)
 
 NULL_ODDS_FILE = "null_odds.json"
-
-
-class SpanHead(nn.Module):
-    """Start and end logits for every token: (B, T, H) -> (B, T, 2).
-
-    run_squad.py applies no dropout here (unlike the classifier) and
-    initialises the weights from a (truncated) normal of std
-    initializer_range = 0.02, the bias at zero."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.span = nn.Linear(config.hidden_size, 2)
-        nn.init.normal_(self.span.weight, std=config.initializer_range)
-        nn.init.zeros_(self.span.bias)
-
-    def forward(self, output):
-        return self.span(output.last_hidden_state)
 
 
 @dataclass
@@ -277,22 +260,39 @@ class SquadTask:
     def make_head(self, config):
         return SpanHead(config)
 
-    # ---- the objective (training.train) ------------------------------------
+    # ---- the objective ---------------------------------------------------------
+
+    def loss(self, logits, batch):
+        """L = -(1/B) sum_i (log p_start[s_i] + log p_end[e_i]) / 2 over the
+        batch's B features, p = softmax over the feature's positions ([BERT]
+        4.2: "the log-likelihood of the correct start and end positions";
+        run_squad.py's total_loss halves their sum). Padding positions are
+        masked out of the softmax (run_squad.py pads every feature to
+        max_seq_len and does not mask them; here padding depends on the
+        batch, so it must not change the loss)."""
+        start_logits, end_logits = masked_logits(logits, batch["attention_mask"])
+        start_loss = F.cross_entropy(start_logits, batch["start_positions"])
+        end_loss = F.cross_entropy(end_logits, batch["end_positions"])
+        return (start_loss + end_loss) / 2
 
     def counts(self, batch):
         return {"span": len(batch["start_positions"])}
 
     def losses(self, logits, batch):
-        """(CE(start) + CE(end)) / 2 per feature, as run_squad.py's total_loss;
-        padding positions are masked out of the softmax (run_squad.py pads
-        every feature to max_seq_len and does not mask them; here padding
-        depends on the batch, so it must not change the loss)."""
+        """The loss in training.train's form: B L, the SUM over this batch
+        (train divides the step's sum by the step's count; see
+        ClassificationTask.losses)."""
         start_logits, end_logits = masked_logits(logits, batch["attention_mask"])
-        start_loss = F.cross_entropy(start_logits, batch["start_positions"], reduction="none")
-        end_loss = F.cross_entropy(end_logits, batch["end_positions"], reduction="none")
         both_right = ((start_logits.argmax(-1) == batch["start_positions"]) &
                       (end_logits.argmax(-1) == batch["end_positions"]))
-        return {"span": (((start_loss + end_loss) / 2).sum(), both_right.sum())}
+        return {"span": (self.loss(logits, batch) * len(both_right), both_right.sum())}
+
+    def distributions(self, logits, batch):
+        """What the loss compares, as (rows, weight): the start and the end
+        distributions over each feature's positions (padding at MASKED_LOGIT,
+        probability 0), weight 1/2 each, as the loss averages the two."""
+        start_logits, end_logits = masked_logits(logits, batch["attention_mask"])
+        return torch.cat([start_logits, end_logits]), 0.5                  # (2B, T)
 
     # ---- predictions and metrics -------------------------------------------
 
@@ -397,8 +397,8 @@ class SquadTask:
 
 def masked_logits(logits, attention_mask):
     """(B, T, 2) logits -> start and end logits (B, T) each, in float32,
-    with padding at -inf: exp(-inf) = 0, so padding gets no probability."""
-    logits = logits.float().masked_fill(attention_mask[:, :, None] == 0, -math.inf)
+    with padding at MASKED_LOGIT: its exp is 0, so padding gets no probability."""
+    logits = logits.float().masked_fill(attention_mask[:, :, None] == 0, MASKED_LOGIT)
     return logits[..., 0], logits[..., 1]
 
 

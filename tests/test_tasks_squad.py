@@ -211,6 +211,9 @@ def test_head_loss_and_outputs_ignore_padding():
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     assert correct.item() == 2
     assert task.counts(batch) == {"span": 2}
+    assert task.loss(logits, batch).item() == pytest.approx(expected / 2, rel=1e-5)   # the mean over 2 features
+    rows, weight = task.distributions(logits, batch)
+    assert weight == 0.5 and rows.shape == (4, 5) and float(rows.softmax(-1)[0, 3:].sum()) == 0.0
 
     first, second = task.outputs(logits, batch)
     assert first.shape == (2, 3) and second.shape == (2, 5)

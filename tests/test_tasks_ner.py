@@ -1,5 +1,5 @@
 """CoNLL-2003 NER (minibert/tasks/ner.py): word pieces <-> words, long
-sentences in chunks, IOB1 files trained as IOB2, conlleval scores, the
+sentences in windows, IOB1 files trained as IOB2, conlleval scores, the
 predictions file, and a whole fine-tuning run on a tiny random model."""
 
 import random
@@ -11,7 +11,8 @@ import torch
 from minibert import finetuning
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModelOutput
-from minibert.tasks.ner import IGNORED, NerExamples, NerTask, chunk_starts
+from minibert.heads import IGNORE_INDEX
+from minibert.tasks.ner import NerExamples, NerTask, window_starts
 from minibert.tasks.readers import NerSentence
 from minibert.tokenization import load_tokenizer
 from tiny_models import SENTENCES, save_tiny_model, write_vocab
@@ -59,7 +60,7 @@ def test_only_the_first_piece_of_each_word_is_labelled(tokenizer):
     # "U.S." is four tokenizer words (punctuation is split off) but one CoNLL
     # word: only its first piece "u" carries the word's tag.
     O, B_LOC, B_PER = (LABELS.index(tag) for tag in ("O", "B-LOC", "B-PER"))
-    x = IGNORED
+    x = IGNORE_INDEX
     assert feature["labels"] == [x, O, x, B_PER, x, x, x, x, O, x, x, B_LOC, x, x, x, O, x, x, x, x, x, x]
     assert feature["_word_starting_here"] == [None, 0, None, 1, None, None, None, None, 2, None, None,
                                               3, None, None, None, 4, None, None, None, None, None, None]
@@ -75,8 +76,9 @@ def test_iob1_tags_are_trained_as_iob2(tokenizer, tmp_path):
     examples = task.read(path)
     # the file has only I- tags (and one B- between two places); IOB2 starts every entity with B-
     assert task.labels == ["O", "B-LOC", "B-PER", "I-PER"]
+    assert task.label_to_id == {"O": 0, "B-LOC": 1, "B-PER": 2, "I-PER": 3}
     (feature,) = task.features(examples, tokenizer, max_seq_len=64)
-    labelled = [task.labels[label] for label in feature["labels"] if label != IGNORED]
+    labelled = [task.labels[label] for label in feature["labels"] if label != IGNORE_INDEX]
     assert labelled == ["B-PER", "I-PER", "O", "B-PER", "I-PER", "O", "B-LOC", "B-LOC"]
 
 
@@ -96,14 +98,14 @@ def test_labels_are_fixed_once_the_head_is_made(tmp_path, tokenizer):
         task.features(examples, tokenizer, 64)   # ... and an unknown tag is an error
 
 
-def test_chunk_starts_cut_between_words():
-    assert chunk_starts([0, 0, 1, 1, 1, 2, 3], budget=10) == [0]
-    assert chunk_starts([0, 0, 1, 1, 1, 2, 3], budget=4) == [0, 2, 6]
-    # a word longer than a chunk is itself cut, at the budget
-    assert chunk_starts([0, 1, 1, 1, 1, 1, 2], budget=3) == [0, 1, 4]
+def test_window_starts_cut_between_words():
+    assert window_starts([0, 0, 1, 1, 1, 2, 3], budget=10) == [0]
+    assert window_starts([0, 0, 1, 1, 1, 2, 3], budget=4) == [0, 2, 6]
+    # a word longer than a window is itself cut, at the budget
+    assert window_starts([0, 1, 1, 1, 1, 1, 2], budget=3) == [0, 1, 4]
 
 
-def test_long_sentences_are_split_into_chunks_and_rejoined(tokenizer):
+def test_long_sentences_are_split_into_windows_and_rejoined(tokenizer):
     task = NerTask(labels=LABELS)
     words = "Mr Smith flew from Paris to New York yesterday with Anna".split()
     tags = ["O", "I-PER", "O", "O", "I-LOC", "O", "I-LOC", "I-LOC", "O", "O", "I-PER"]
@@ -111,16 +113,16 @@ def test_long_sentences_are_split_into_chunks_and_rejoined(tokenizer):
     (whole,) = task.features([sentence(words, tags)], tokenizer, max_seq_len=128)
     features = task.features([short, sentence(words, tags)], tokenizer, max_seq_len=8)
 
-    chunks = [f for f in features if f["example"] == 1]
-    assert len(chunks) > 3 and all(len(f["input_ids"]) <= 8 for f in features)
-    # no piece is lost or repeated: the chunks' pieces are the whole sentence's pieces
-    assert sum((f["input_ids"][1:-1] for f in chunks), []) == whole["input_ids"][1:-1]
-    assert sum((f["labels"][1:-1] for f in chunks), []) == whole["labels"][1:-1]
-    starting = [word for f in chunks for word in f["_word_starting_here"] if word is not None]
+    windows = [f for f in features if f["example"] == 1]
+    assert len(windows) > 3 and all(len(f["input_ids"]) <= 8 for f in features)
+    # no piece is lost or repeated: the windows' pieces are the whole sentence's pieces
+    assert sum((f["input_ids"][1:-1] for f in windows), []) == whole["input_ids"][1:-1]
+    assert sum((f["labels"][1:-1] for f in windows), []) == whole["labels"][1:-1]
+    starting = [word for f in windows for word in f["_word_starting_here"] if word is not None]
     assert starting == list(range(len(words)))   # every word's first piece, once, in order
-    # a chunk starts at a word (its first piece), except inside "yesterday":
-    # y ##e ##s ##t ##e ##r ##d ##a ##y is 9 pieces, more than a chunk's 6
-    pieces = tokenizer.convert_ids_to_tokens([f["input_ids"][1] for f in chunks])
+    # a window starts at a word (its first piece), except inside "yesterday":
+    # y ##e ##s ##t ##e ##r ##d ##a ##y is 9 pieces, more than a window's 6
+    pieces = tokenizer.convert_ids_to_tokens([f["input_ids"][1] for f in windows])
     assert [p for p in pieces if p.startswith("##")] == ["##d"]
 
     gold_iob2 = [["O", "O"], ["O", "B-PER", "O", "O", "B-LOC", "O", "B-LOC", "I-LOC", "O", "O", "B-PER"]]
@@ -152,13 +154,21 @@ def test_head_loss_and_outputs():
     logits = head(BertModelOutput(hidden_states=(hidden,)))
     assert logits.shape == (2, 4, len(LABELS))
 
-    labels = torch.tensor([[IGNORED, 2, IGNORED, IGNORED], [IGNORED, 0, 1, IGNORED]])
+    labels = torch.tensor([[IGNORE_INDEX, 2, IGNORE_INDEX, IGNORE_INDEX], [IGNORE_INDEX, 0, 1, IGNORE_INDEX]])
     batch = {"labels": labels, "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])}
     assert task.counts(batch) == {"ner": 3}
     loss, correct = task.losses(logits, batch)["ner"]
-    kept = labels != IGNORED
+    kept = labels != IGNORE_INDEX
     assert torch.allclose(loss, torch.nn.functional.cross_entropy(logits[kept], labels[kept], reduction="sum"))
     assert int(correct) == int((logits[kept].argmax(-1) == labels[kept]).sum())
+    # the paper's loss is the mean over the 3 labelled pieces; losses is its sum, what training.train adds up
+    assert torch.allclose(task.loss(logits, batch), loss / 3)
+    rows, weight = task.distributions(logits, batch)
+    assert weight == 1.0 and torch.equal(rows, logits[kept])
+
+    nothing = {"labels": torch.full((2, 4), IGNORE_INDEX), "attention_mask": batch["attention_mask"]}
+    loss, correct = task.losses(logits, nothing)["ner"]          # a window of only continuation pieces
+    assert float(loss.detach()) == 0.0 and int(correct) == 0 and task.counts(nothing) == {"ner": 0}
 
     first, second = task.outputs(logits, batch)
     assert first.shape == (3, len(LABELS)) and second.shape == (4, len(LABELS))   # padding trimmed

@@ -1,6 +1,8 @@
-"""One small test per building block, each against its formula or a value
-worked out by hand. No transformers here: these tests say what each block
-*is*, so a broken block fails its own test (and few others) by name.
+"""minibert/model.py, one block at a time: BERT's embeddings, attention,
+feed-forward block, LayerNorm, layer and heads, ALBERT's depth plan, each
+against its formula or a value worked out by hand. No transformers here: these
+tests say what each block *is*, so a broken block fails its own test (and few
+others) by name.
 
 The parity tests against transformers live in test_model_parity.py.
 """
@@ -11,21 +13,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minibert.support.errors import MiniBertError
 from minibert.model import (ACTIVATIONS, BertConfig, BertModel, Embeddings, FeedForward, LayerNorm, MaskedLMHead,
                             Pooler, SelfAttention, TransformerLayer, attention, gelu, gelu_tanh, layer_norm,
                             merge_heads, padding_bias, split_heads)
-from minibert.pretraining_data import corrupt_chosen, mask_tokens
-from minibert.support.protobuf import read_varint
-from minibert.checkpoints.tf_bundle import crc32c, unmask_crc
-from minibert.training import make_optimizer, warmup_then_linear_decay
-from tiny_models import random_batch
-
-
-def small_config(**overrides):
-    values = dict(vocab_size=40, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=12,
-                  max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return BertConfig(**{**values, **overrides})
+from minibert.support.errors import MiniBertError
+from tiny_models import random_batch, small_config
 
 
 def randomized(module, seed=0):
@@ -65,6 +57,13 @@ def test_each_fused_activation_equals_its_written_out_formula(name):
     fused, formula = ACTIVATIONS[name]
     x = torch.linspace(-6, 6, 1001)
     assert (fused(x) - formula(x)).abs().max() < 1e-6
+
+
+def test_fused_gelu_matches_pytorch_module_names_used_by_configs():
+    # The config names map to the functions their checkpoints were trained with.
+    x = torch.linspace(-3, 3, 61)
+    assert torch.allclose(ACTIVATIONS["gelu"][0](x), F.gelu(x))
+    assert torch.allclose(ACTIVATIONS["gelu_new"][0](x), F.gelu(x, approximate="tanh"))
 
 
 # ----------------------------------------------------------------------------
@@ -291,25 +290,6 @@ def test_mlm_head_on_selected_positions_equals_full_head_at_those_positions():
     assert (sparse - full[positions]).abs().max() < 1e-5
 
 
-BAD_FIELDS = [("num_hidden_groups", "2"), ("embedding_size", 0), ("hidden_act", ["gelu"]), ("num_attention_heads", 5),
-              ("hidden_dropout_prob", "0.1"), ("hidden_dropout_prob", 1.5), ("attention_probs_dropout_prob", -0.1),
-              ("initializer_range", -0.02), ("layer_norm_eps", "1e-12"), ("layer_norm_eps", None),
-              ("layer_norm_eps", -1e-12), ("layer_norm_eps", float("nan")), ("pad_token_id", -1),
-              # ALBERT-only fields on a BERT: they would build layers no BERT checkpoint fills
-              ("inner_group_num", 2), ("num_hidden_groups", 2), ("embedding_size", 16)]
-
-
-@pytest.mark.parametrize("field,value", BAD_FIELDS)
-def test_bad_config_fields_are_named_in_a_minibert_error(field, value):
-    with pytest.raises(MiniBertError, match=f"'{field}'" if field != "num_attention_heads" else "hidden_size"):
-        BertConfig.from_dict({"hidden_size": 48, "num_hidden_layers": 4, field: value})
-
-
-def test_a_duplicated_bert_must_run_every_distinct_layer():
-    with pytest.raises(MiniBertError, match="'layer_order'.*every one of the 3 layers"):
-        BertConfig(num_hidden_layers=4, num_hidden_groups=3, layer_order=[0, 0, 1, 1])
-
-
 def test_keeping_only_the_last_hidden_state_changes_no_output():
     config = BertConfig(model_type="albert", vocab_size=60, embedding_size=8, hidden_size=16, num_hidden_layers=4,
                         num_hidden_groups=2, inner_group_num=2, num_attention_heads=2, intermediate_size=20,
@@ -322,89 +302,3 @@ def test_keeping_only_the_last_hidden_state_changes_no_output():
     assert len(full.hidden_states) == 1 + 4 * 2 and len(last_only.hidden_states) == 1
     assert torch.equal(full.last_hidden_state, last_only.last_hidden_state)
     assert torch.equal(full.mlm_logits, last_only.mlm_logits) and torch.equal(full.pair_logits, last_only.pair_logits)
-
-
-# ----------------------------------------------------------------------------
-# Training machinery
-# ----------------------------------------------------------------------------
-
-
-def test_learning_rate_warms_up_linearly_then_decays_linearly_to_zero():
-    parameter = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([parameter], lr=1.0)
-    schedule = warmup_then_linear_decay(optimizer, warmup_steps=2, total_steps=6)
-    rates = []
-    for _ in range(6):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        schedule.step()
-    assert rates == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5, 0.25])
-
-
-def test_adamw_decays_weight_matrices_but_not_layer_norms_or_biases():
-    model = BertModel(small_config())
-    optimizer = make_optimizer(model, learning_rate=1e-3, weight_decay=0.01)
-    names = {id(p): n for n, p in model.named_parameters()}
-    decay, no_decay = ({names[id(p)] for p in group["params"]} for group in optimizer.param_groups)
-    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.01, 0.0]
-    assert "encoder.layers.0.attention.query.weight" in decay and "embeddings.word_embeddings.weight" in decay
-    assert "encoder.layers.0.attention.query.bias" in no_decay
-    assert "encoder.layers.0.feed_forward_layer_norm.weight" in no_decay and "mlm_head.bias" in no_decay
-    assert decay | no_decay == set(names.values()) and not decay & no_decay
-
-
-# ----------------------------------------------------------------------------
-# MLM masking
-# ----------------------------------------------------------------------------
-
-
-def test_corrupt_chosen_makes_80_percent_mask_10_random_10_unchanged():
-    V, mask_id, first_normal = 1000, 4, 5
-    input_ids = torch.randint(first_normal, V, (200, 500), generator=torch.Generator().manual_seed(0))
-    chosen = torch.zeros_like(input_ids, dtype=torch.bool)
-    chosen[:, ::2] = True
-    corrupted = corrupt_chosen(input_ids, chosen, mask_id, first_normal, V, torch.Generator().manual_seed(1))
-    n = chosen.sum().item()
-    masked = (corrupted == mask_id) & chosen
-    unchanged = (corrupted == input_ids) & chosen
-    random = chosen & ~masked & ~unchanged
-    assert torch.equal(corrupted[~chosen], input_ids[~chosen])          # positions not chosen stay as they are
-    assert masked.sum() / n == pytest.approx(0.8, abs=0.01)
-    assert unchanged.sum() / n == pytest.approx(0.1 + 0.1 / V, abs=0.01)  # a random draw may hit the same id
-    assert random.sum() / n == pytest.approx(0.1, abs=0.01)
-    assert corrupted[random].min() >= first_normal                      # never a special token
-
-
-def test_mask_tokens_chooses_exactly_the_rounded_fraction_of_real_tokens():
-    input_ids = torch.randint(5, 50, (4, 30), generator=torch.Generator().manual_seed(0))
-    special = torch.zeros(4, 30, dtype=torch.bool)
-    special[:, 0] = special[:, -1] = True
-    special[2, 20:] = True                                               # a padded row: 18 real tokens
-    _, labels, chosen = mask_tokens(input_ids, special, ~special, (3, 50, 5), torch.Generator().manual_seed(0))
-    assert chosen.sum(1).tolist() == [round(0.15 * 28)] * 2 + [round(0.15 * 18)] + [round(0.15 * 28)]
-    assert torch.equal(labels[chosen], input_ids[chosen]) and (labels[~chosen] == -100).all()
-
-
-# ----------------------------------------------------------------------------
-# File-format primitives
-# ----------------------------------------------------------------------------
-
-
-def test_varint_of_300_is_two_bytes_ac_02():
-    # 300 = 0b10_0101100: low 7 bits 0101100 with the continuation bit -> 0xAC, then 0b10 -> 0x02
-    assert read_varint(b"\xac\x02", 0) == (300, 2)
-    assert read_varint(b"\x01", 0) == (1, 1)
-
-
-def test_crc32c_check_value_and_leveldb_masking():
-    assert crc32c(b"123456789") == 0xE3069283                            # the standard CRC-32C check value
-    crc = crc32c(b"hello")
-    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF      # LevelDB's mask: rotate right 15, add
-    assert unmask_crc(masked) == crc
-
-
-def test_fused_gelu_matches_pytorch_module_names_used_by_configs():
-    # The config names map to the functions their checkpoints were trained with.
-    x = torch.linspace(-3, 3, 61)
-    assert torch.allclose(ACTIVATIONS["gelu"][0](x), F.gelu(x))
-    assert torch.allclose(ACTIVATIONS["gelu_new"][0](x), F.gelu(x, approximate="tanh"))

@@ -112,7 +112,7 @@ def test_fine_tuned_deberta_learns_and_reloads_to_the_same_logits(setup, tmp_pat
     files = load_safetensors(tmp_path / "run" / "model.safetensors")
     assert POSITION_TABLE not in files and "pooler.dense.weight" in files
     reloaded, _, tokenizer, record = finetuning.load_task_model(tmp_path / "run", make_task)
-    assert type(reloaded.encoder.pooler) is DebertaPooler and record["metrics"] == summary["best"]
+    assert type(reloaded.base_model.pooler) is DebertaPooler and record["metrics"] == summary["best"]
     batch = finetuning.collate(task.features(task.read(dev), tokenizer, 32), tokenizer.pad_id)
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     assert (batch["attention_mask"] == 0).any()                     # padded rows are compared too
@@ -140,6 +140,6 @@ def test_two_gloo_processes_fine_tune_a_deberta_like_one_process(setup, tmp_path
         assert done.returncode == 0, done.stderr[-3000:]
     a = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)["model"]
-    assert a.keys() == b.keys() and "encoder.embeddings.position_embeddings.weight" not in a
+    assert a.keys() == b.keys() and "base_model.embeddings.position_embeddings.weight" not in a
     for name in a:
         assert (a[name] - b[name]).abs().max() < 1e-5, name

@@ -1,0 +1,49 @@
+"""Support for minibert/distillation.py: the bookkeeping of a distillation
+run. What student.json records about the run, what --resume checks before it
+continues a killed run, the line printed at the start, and the parameter
+counts the summary reports."""
+
+import dataclasses
+import hashlib
+
+
+def run_record(settings, teacher_folder, distilled, train_file, eval_file, embeddings_start, n_examples, n_transfer):
+    """What student.json records about the run (and the summary repeats)."""
+    return {"teacher": str(teacher_folder) if teacher_folder is not None else None, "distilled": distilled,
+            "train_file": str(train_file), "evaluated_on": str(eval_file) if eval_file else None,
+            "embeddings_start": embeddings_start, "train_examples": n_examples, "transfer_examples": n_transfer,
+            "settings": dataclasses.asdict(settings)}
+
+
+def vocabulary_fingerprint(tokenizer):
+    """A SHA-256 of the student's vocabulary, in id order."""
+    if tokenizer.kind == "words":
+        words = tokenizer.words
+    else:
+        words = tokenizer.tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))
+    return hashlib.sha256("\n".join(words).encode()).hexdigest()
+
+
+def resume_config(task, settings, total_steps, model, tokenizer):
+    """training.train's run_config: what --resume checks is unchanged (the
+    student's config and vocabulary, the steps, the batches, the seed)."""
+    return {"task": task.name, "total_steps": total_steps, "batch_size": settings.batch_size, "seed": settings.seed,
+            "grad_accum_steps": 1, "model_config": model.config.to_dict(),
+            "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer)}
+
+
+def parameter_counts(student, teacher=None):
+    """The student's parameters, all and without the embedding table (Tang et
+    al.'s 0.96M, Table 3, is the second kind), and the teacher's."""
+    total = student.num_parameters()
+    return {"parameters": total, "parameters_without_embeddings": total - student.embedding.weight.numel(),
+            "teacher_parameters": sum(p.numel() for p in teacher.model.parameters()) if teacher else None}
+
+
+def describe_run(task, record, steps_per_epoch, total_steps, counts):
+    """The line printed when training starts."""
+    return (f"{task.name}: {record['train_examples']:,} training examples, {record['transfer_examples']:,} in the "
+            f"transfer set, {steps_per_epoch:,} batches of {record['settings']['batch_size']} per epoch, "
+            f"{total_steps:,} steps; student: {counts['parameters']:,} parameters "
+            f"({counts['parameters_without_embeddings']:,} without the embeddings), "
+            f"embeddings from {record['embeddings_start']}")

@@ -1,0 +1,104 @@
+"""Support for minibert/distillation.py: the student folder on disk.
+
+A student folder holds student.safetensors (the BiLSTM's weights), its
+vocabulary (vocab.txt, or the teacher's tokenizer files) and student.json
+(the config, the task and its labels, how the text is tokenized, the run's
+record). student.json is written last, so a folder that has it is complete.
+The weights carry BiLSTMClassifier's names (embedding.weight, lstm.weight_ih_l0,
+..., fc1.weight, fc2.bias), so plain torch and safetensors read them too.
+load_student builds the student, its tokenizer and its task from a folder,
+as the checkpoint package builds a model.
+"""
+
+from pathlib import Path
+
+from minibert.lstm import BiLSTMClassifier, StudentConfig
+from minibert.support.distillation_settings import is_pair_task
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import read_json_object
+from minibert.support.folders import load_weights, read_record, save_weights, write_record
+from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer
+from minibert.tasks import CLASSIFICATION, make_task
+from minibert.tokenization import load_tokenizer
+
+STUDENT_FILE = "student.json"
+WEIGHTS_FILE = "student.safetensors"
+
+
+def save_student(model, tokenizer, task, folder, record):
+    """student.safetensors, the vocabulary (vocab.txt, or the teacher's
+    tokenizer files) and student.json, each written atomically, student.json
+    last (a folder with student.json is complete)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_weights(model, folder / WEIGHTS_FILE)
+    tokenizer.save(folder)
+    write_record(folder, STUDENT_FILE, {"student": model.config.to_dict(), "task": task.name,
+                                        "labels": task.labels, "tokenization": tokenizer.kind,
+                                        "max_seq_len": tokenizer.max_seq_len, **record})
+
+
+def read_student_record(folder, tasks):
+    """student.json, its fields checked (`tasks`: the task names a student may have)."""
+    if not (Path(folder) / STUDENT_FILE).is_file():
+        raise MiniBertError(f"--student {folder}: not a distill.py student folder (no {STUDENT_FILE})")
+    record = read_record(folder, STUDENT_FILE, required=("student", "task", "labels", "tokenization", "max_seq_len"))
+    path = Path(folder) / STUDENT_FILE
+    if record["task"] not in tasks:
+        raise MiniBertError(f"{path}: task {record['task']!r}: expected one of {', '.join(tasks)}")
+    if not isinstance(record["labels"], list) or not all(isinstance(label, str) for label in record["labels"]):
+        raise MiniBertError(f"{path}: labels: expected a list of strings")
+    if record["tokenization"] not in ("words", "teacher"):
+        raise MiniBertError(f"{path}: tokenization {record['tokenization']!r}: expected 'words' or 'teacher'")
+    max_len = record["max_seq_len"]
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+        raise MiniBertError(f"{path}: max_seq_len {max_len!r}: expected a positive integer")
+    return record
+
+
+def check_student_fits(folder, config, vocab_size, task, pair):
+    """The config of student.json agrees with the vocabulary, the task's labels and its kind (`pair`)."""
+    folder = Path(folder)
+    if vocab_size != config.vocab_size:
+        raise MiniBertError(f"{folder}: the vocabulary has {vocab_size} entries, student.json says "
+                            f"vocab_size {config.vocab_size}")
+    if len(task.labels) != config.num_classes:
+        raise MiniBertError(f"{folder / STUDENT_FILE}: {len(task.labels)} labels for num_classes {config.num_classes}")
+    if config.pair != pair:
+        raise MiniBertError(f"{folder / STUDENT_FILE}: pair={config.pair} does not fit task {task.name}")
+
+
+def load_student_weights(model, folder):
+    """Fill the student from student.safetensors. The student's LSTM was
+    called `encoder` in folders written before it was named `lstm`: their
+    `encoder.*` keys are read as `lstm.*`, so those folders still load."""
+    def rename_old_keys(module, state_dict, prefix, *args):
+        for key in [k for k in state_dict if k.startswith(prefix + "encoder.")]:
+            state_dict[prefix + "lstm." + key[len(prefix + "encoder."):]] = state_dict.pop(key)
+    hook = model.register_load_state_dict_pre_hook(rename_old_keys)
+    try:
+        return load_weights(model, Path(folder) / WEIGHTS_FILE, f"the student of {STUDENT_FILE}")
+    finally:
+        hook.remove()
+
+
+def previous_best(folder, main_metric):
+    """The best epoch a killed run saved ({main_metric: value, ...}, its epoch), or (None, None):
+    on --resume it stays the one to beat."""
+    path = Path(folder) / STUDENT_FILE
+    if not path.is_file():
+        return None, None
+    saved = read_json_object(path)
+    metrics = saved.get("metrics") or {}
+    return (metrics, saved.get("best_epoch")) if main_metric in metrics else (None, None)
+
+
+def load_student(folder):
+    """(model in eval mode, tokenizer, task) from a student folder."""
+    record = read_student_record(folder, CLASSIFICATION)
+    config = StudentConfig.from_dict(record["student"], f"{Path(folder) / STUDENT_FILE}: student")
+    tokenizer = (WordTokenizer.load(folder, record["max_seq_len"]) if record["tokenization"] == "words"
+                 else PieceTokenizer(load_tokenizer(folder), record["max_seq_len"]))
+    task = make_task(record["task"], labels=record["labels"])
+    check_student_fits(folder, config, tokenizer.vocab_size, task, is_pair_task(task))
+    return load_student_weights(BiLSTMClassifier(config), folder).eval(), tokenizer, task

@@ -1,0 +1,253 @@
+"""Supports tokenization: the tokenizer files of a model folder. Finding them
+(vocab.txt, tokenizer.json, spiece.model, spm.model, vocab.json + merges.txt,
+here or in a TF-Hub module's assets/), reading and checking them, deciding the
+casing from what the folder says, and writing them back in Hugging Face
+layout. tokenization.py builds the tokenizer from what `find_tokenizer_files`
+returns; nothing here cuts text into tokens.
+"""
+
+import json
+import pathlib
+from dataclasses import dataclass
+from typing import Optional
+
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write, read_json_object
+
+# Names the tokenizer file may have, in the order load_tokenizer looks for them
+# (inside the folder and inside its `assets/` subfolder, where TF-Hub modules keep it).
+# DeBERTa folders are recognised first, by their own files (see find_tokenizer_files):
+# spm.model (v2/v3), vocab.json + merges.txt (v1).
+TOKENIZER_FILES = ["vocab.txt", "spiece.model", "30k-clean.model", "tokenizer.json", "spm.model", "vocab.json"]
+
+
+@dataclass
+class TokenizerFiles:
+    """What a folder (or a file) holds: which tokenizer, from which files, with which casing."""
+
+    kind: str                      # "wordpiece", "sentencepiece" (ALBERT), "deberta-v2" (v2/v3) or "deberta-v1"
+    file: pathlib.Path             # vocab.txt or tokenizer.json; the .model file; vocab.json (v1)
+    do_lower_case: bool
+    folder: pathlib.Path           # where tokenizer_config.json and added_tokens.json would be
+    split_by_punct: bool = False   # DeBERTa-v2/v3 only
+    merges_file: Optional[pathlib.Path] = None  # DeBERTa v1 only
+    vocab: Optional[dict] = None   # WordPiece: token -> id, already read (the casing may depend on it)
+
+
+def find_tokenizer_files(path):
+    """Which tokenizer the folder (or the file) `path` holds; see load_tokenizer
+    for the rules, which are applied here in that order."""
+    folder = path if path.is_dir() else path.parent
+    config = read_tokenizer_config(folder)
+    lower = config.get("do_lower_case")
+    # DeBERTa-v2/v3: spm.model (or the .model file named) in a folder that says
+    # DeBERTa-v2 (see says_deberta_v2); without that, a .model file is ALBERT's.
+    spm_file = folder / "spm.model" if path.is_dir() else path
+    if spm_file.suffix == ".model" and spm_file.is_file() and says_deberta_v2(folder, config):
+        return TokenizerFiles("deberta-v2", spm_file, config.get("do_lower_case", False), folder,
+                              split_by_punct=config.get("split_by_punct", False))
+    # DeBERTa v1: vocab.json + merges.txt (GPT-2 byte-level BPE); never lower-cased.
+    if path.is_dir() or path.name in ("vocab.json", "merges.txt"):
+        present = [name for name in ("vocab.json", "merges.txt") if (folder / name).is_file()]
+        if len(present) == 1:
+            missing = ({"vocab.json", "merges.txt"} - set(present)).pop()
+            raise MiniBertError(f"{folder}: has {present[0]} but no {missing} (a byte-level BPE "
+                                f"tokenizer, DeBERTa v1, needs both)")
+        if present:
+            return TokenizerFiles("deberta-v1", folder / "vocab.json", False, folder, merges_file=folder / "merges.txt")
+    file = find_tokenizer_file(path) if path.is_dir() else path
+    if file.suffix == ".model":  # ALBERT: every released model is uncased
+        return TokenizerFiles("sentencepiece", file, True if lower is None else lower, folder)
+    vocab = vocab_from_tokenizer_json(file) if file.suffix == ".json" else read_vocab(file)
+    if lower is None and (folder / "tokenizer.json").is_file():
+        lower = tokenizer_json_lowercase(read_json_object(folder / "tokenizer.json"), folder / "tokenizer.json")
+    if lower is None:
+        lower = casing_from_folder_name(folder.name)
+    if lower is None:
+        lower = casing_from_vocab(vocab)
+    return TokenizerFiles("wordpiece", file, lower, folder, vocab=vocab)
+
+
+def read_tokenizer_config(folder):
+    """tokenizer_config.json as a dict ({} where there is none), its flags checked."""
+    path = folder / "tokenizer_config.json"
+    config = read_json_object(path) if path.is_file() else {}
+    for flag in ("do_lower_case", "split_by_punct"):
+        if flag in config and not isinstance(config[flag], bool):
+            raise MiniBertError(f"{path}: {flag} must be true or false, got {config[flag]!r}")
+    return config
+
+
+def says_deberta_v2(folder, tokenizer_config):
+    """Does the folder say it holds a DeBERTa-v2/v3 model? Either
+    tokenizer_config.json names the tokenizer class or config.json has
+    model_type "deberta-v2" (v3 models use the v2 code and say so too)."""
+    if tokenizer_config.get("tokenizer_class") in ("DebertaV2Tokenizer", "DebertaV2TokenizerFast"):
+        return True
+    config = folder / "config.json"
+    return config.is_file() and read_json_object(config).get("model_type") == "deberta-v2"
+
+
+def check_added_tokens(folder, tokenizer):
+    """Hugging Face's added_tokens.json lists tokens added after the vocabulary
+    ({"[MASK]": 128000} for DeBERTa-v2/v3). minibert adds only [MASK], by
+    DeBERTa's rule, so the file must agree with the ids it gave."""
+    path = folder / "added_tokens.json"
+    if path.is_file():
+        for token, expected in read_json_object(path).items():
+            actual = tokenizer.backend.token_to_id(token)
+            if actual != expected:
+                raise MiniBertError(f"{path}: {token!r} has id {expected!r} there but "
+                                    f"{'none' if actual is None else actual} in minibert's tokenizer "
+                                    f"(which adds only DeBERTa's [MASK], after the last piece)")
+    return tokenizer
+
+
+def tokenizer_json_lowercase(spec, path):
+    """The "lowercase" flag of a tokenizer.json's BertNormalizer, or None."""
+    normalizer = spec.get("normalizer")
+    if isinstance(normalizer, dict) and normalizer.get("type") == "BertNormalizer":
+        lowercase = normalizer.get("lowercase")
+        if lowercase is not None and not isinstance(lowercase, bool):
+            raise MiniBertError(f"{path}: normalizer.lowercase = {lowercase!r}; expected true or false")
+        return lowercase
+    return None
+
+
+def casing_from_folder_name(name):
+    """Google's release folders say the casing in their names:
+    uncased_L-12_H-768_A-12, wwm_uncased_..., cased_L-12_H-768_A-12,
+    multi_cased_L-12_H-768_A-12 (cased); multilingual_L-12_H-768_A-12 and
+    chinese_L-12_H-768_A-12 are lower-cased. Returns None if the name says nothing."""
+    name = name.lower()
+    if "uncased" in name:
+        return True
+    if "cased" in name:
+        return False
+    if name.startswith(("multilingual_l-", "chinese_l-")):
+        return True
+    return None
+
+
+def casing_from_vocab(vocab):
+    """An uncased vocabulary was made from lower-cased text, so none of its
+    tokens (special ones like [CLS] and [unused7] aside) has an upper-case letter."""
+    def is_special(token):
+        return len(token) > 2 and token.startswith("[") and token.endswith("]")
+    return not any(ch.isupper() for token in vocab if not is_special(token) for ch in token)
+
+
+def find_tokenizer_file(folder):
+    """The first of TOKENIZER_FILES (or any *.model) in the folder, else in its assets/."""
+    for where in (folder, folder / "assets"):
+        for name in TOKENIZER_FILES:
+            if (where / name).is_file():
+                return where / name
+        models_found = sorted(where.glob("*.model")) if where.is_dir() else []
+        if models_found:
+            return models_found[0]
+    raise MiniBertError(f"{folder}: no tokenizer file found (looked for {', '.join(TOKENIZER_FILES)} "
+                        f"(with merges.txt) or *.model, here and in assets/)")
+
+
+def vocab_from_tokenizer_json(path):
+    """The WordPiece vocabulary (token -> id) of a Hugging Face tokenizer.json."""
+    model = read_json_object(path).get("model")
+    if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        raise MiniBertError(f"{path}: only WordPiece tokenizer.json files are supported "
+                            f"(for SentencePiece models minibert reads the spiece.model file)")
+    vocab = model["vocab"]
+    # Ids index the embedding matrix: they must be the integers 0..V-1, each once.
+    bad = next((token for token, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool)), None)
+    if bad is not None:
+        raise MiniBertError(f"{path}: model.vocab[{bad!r}] = {vocab[bad]!r}; expected an integer id")
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise MiniBertError(f"{path}: model.vocab ids are not 0..{len(vocab) - 1}, each once "
+                            f"(duplicate, negative or missing ids)")
+    return vocab
+
+
+def read_vocab(vocab_file):
+    """vocab.txt -> dict token -> id (id = 0-based line number). Like Google's
+    `load_vocab`, each line is stripped of surrounding whitespace."""
+    path = pathlib.Path(vocab_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MiniBertError(f"{path}: cannot read the vocabulary ({e})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    if not lines:
+        raise MiniBertError(f"{path}: the vocabulary is empty (expected one WordPiece per line)")
+    vocab = {}
+    for index, line in enumerate(lines):
+        token = line.strip()
+        if token in vocab:  # Google's dict would silently drop the first id
+            raise MiniBertError(f"{path} line {index + 1}: token {token!r} already appears on line "
+                                f"{vocab[token] + 1} (each token must appear once)")
+        vocab[token] = index
+    return vocab
+
+
+def read_bpe_vocab(path):
+    """vocab.json -> dict token -> id; the ids must be 0..V-1, each once
+    (they index the embedding matrix)."""
+    vocab = read_json_object(path)
+    bad = next((token for token, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool)), None)
+    if bad is not None:
+        raise MiniBertError(f"{path}: [{bad!r}] = {vocab[bad]!r}; expected an integer id")
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise MiniBertError(f"{path}: the ids are not 0..{len(vocab) - 1}, each once "
+                            f"(duplicate, negative or missing ids)")
+    return vocab
+
+
+def read_merges(path):
+    """merges.txt -> list of (left, right) pairs, best (first merged) first.
+    A first line "#version: ..." is a comment, as in GPT-2's file."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MiniBertError(f"{path}: cannot read the BPE merges ({e})") from None
+    merges = []
+    for number, line in enumerate(lines, start=1):
+        if not line or (number == 1 and line.startswith("#version")):
+            continue
+        pair = line.split(" ")
+        if len(pair) != 2 or not all(pair):
+            raise MiniBertError(f"{path} line {number}: expected two tokens separated by one space, got {line!r}")
+        merges.append(tuple(pair))
+    return merges
+
+
+def write_tokenizer_files(tokenizer, directory):
+    """Write the tokenizer in Hugging Face layout: vocab.txt (BERT),
+    spiece.model (ALBERT), spm.model (DeBERTa-v2/v3) or vocab.json +
+    merges.txt (DeBERTa v1), then tokenizer_config.json and tokenizer.json,
+    so that both load_tokenizer(directory) and transformers'
+    AutoTokenizer.from_pretrained(directory) read it back."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tokens = tokenizer.special_tokens
+    config = {"do_lower_case": tokenizer.do_lower_case, "model_max_length": 512,
+              "pad_token": tokens["pad"], "unk_token": tokens["unk"], "cls_token": tokens["cls"],
+              "sep_token": tokens["sep"], "mask_token": tokens["mask"]}
+    if tokenizer.kind == "wordpiece":
+        vocab = [tokenizer.backend.id_to_token(i) for i in range(tokenizer.vocab_size)]
+        (directory / "vocab.txt").write_text("".join(token + "\n" for token in vocab), encoding="utf-8")
+        config.update(tokenizer_class="BertTokenizer", tokenize_chinese_chars=True, strip_accents=None)
+    else:
+        for name, data in tokenizer.files.items():  # the files it was read from, unchanged
+            with atomic_write(directory / name) as f:
+                f.write(data)
+        specials = {"bos_token": tokens["cls"], "eos_token": tokens["sep"]}
+        if tokenizer.model_type == "deberta-v2":
+            config.update(specials, tokenizer_class="DebertaV2Tokenizer", vocab_type="spm",
+                          split_by_punct=tokenizer.split_by_punct)
+        elif tokenizer.model_type == "deberta":
+            config.update(specials, tokenizer_class="DebertaTokenizer", vocab_type="gpt2", add_prefix_space=False)
+        else:
+            config.update(tokenizer_class="AlbertTokenizer", keep_accents=False, remove_space=True, **specials)
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    tokenizer.backend.save(str(directory / "tokenizer.json"))

@@ -1,0 +1,28 @@
+"""minibert/support/distillation_run.py: what a run records, what --resume
+checks, and the parameter counts it reports."""
+
+from minibert.lstm import BiLSTMClassifier, StudentConfig
+from minibert.support.distillation_run import describe_run, parameter_counts, resume_config, run_record
+from minibert.support.distillation_settings import DistillationSettings
+from minibert.support.student_tokenizers import WordTokenizer, build_vocabulary
+from minibert.tasks import make_task
+
+
+def test_counts_record_and_resume_config_of_a_run():
+    task = make_task("sst2")
+    tokenizer = WordTokenizer(build_vocabulary(["a good film"]), 8)
+    model = BiLSTMClassifier(StudentConfig(tokenizer.vocab_size, 2, embedding_dim=4, hidden_size=3, fc_size=5))
+    counts = parameter_counts(model)
+    lstm = 2 * (4 * 3 * 4 + 4 * 3 * 3 + 2 * 4 * 3)             # per direction: W_ih (4H, E), W_hh (4H, H), 2 biases
+    assert counts == {"parameters": 6 * 4 + lstm + (6 * 5 + 5) + (5 * 2 + 2),
+                      "parameters_without_embeddings": lstm + (6 * 5 + 5) + (5 * 2 + 2), "teacher_parameters": None}
+    settings = DistillationSettings().resolved(task, True)
+    record = run_record(settings, "runs/sst2", True, "train.tsv", None, "random U(-0.25, 0.25)", 48, 900)
+    assert record["evaluated_on"] is None and record["settings"]["alpha"] == 0.0 and record["transfer_examples"] == 900
+    assert describe_run(task, record, 18, 540, counts).startswith(
+        "sst2: 48 training examples, 900 in the transfer set, 18 batches of 50 per epoch, 540 steps; student: ")
+    config = resume_config(task, settings, 540, model, tokenizer)
+    other = WordTokenizer(build_vocabulary(["a bad film"]), 8)
+    assert config["model_config"] == model.config.to_dict()
+    other_config = resume_config(task, settings, 540, model, other)
+    assert config["vocabulary_fingerprint"] != other_config["vocabulary_fingerprint"]

@@ -1,0 +1,37 @@
+"""minibert/support/distillation_settings.py: per-task defaults, the POS file's
+default, and the checks that fail a run before any work is done."""
+
+import pytest
+
+from minibert.support import distillation_settings
+from minibert.support.distillation_settings import DistillationSettings, check_files, check_run, pos_file_path
+from minibert.support.errors import MiniBertError
+from minibert.tasks import CLASSIFICATION, make_task
+
+
+def test_defaults_are_resolved_per_task_and_teacher():
+    single = DistillationSettings().resolved(make_task("sst2"), with_teacher=True)
+    assert (single.hidden_size, single.n_iter, single.alpha, single.lr) == (150, 20, 0.0, 1.0)
+    pair = DistillationSettings(optimizer="adam", hidden_size=64).resolved(make_task("mrpc"), with_teacher=False)
+    assert (pair.hidden_size, pair.n_iter, pair.alpha, pair.lr) == (64, 10, 1.0, 5e-4)
+
+
+def test_without_the_default_pos_file_the_error_says_to_pass_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(distillation_settings, "DEFAULT_POS_FILE", tmp_path / "absent" / "eng.train")
+    with pytest.raises(MiniBertError, match="absent: pass --pos-file FILE"):
+        pos_file_path()
+    (tmp_path / "pos.txt").write_text("the DT\n")
+    assert pos_file_path(str(tmp_path / "pos.txt")) == tmp_path / "pos.txt"
+
+
+def test_a_run_that_cannot_work_fails_before_any_work(tmp_path):
+    with pytest.raises(MiniBertError, match="--embeddings nope.txt: expected random, teacher or a word-vectors file"):
+        check_files(DistillationSettings(embeddings="nope.txt"))
+    settings = DistillationSettings().resolved(make_task("sst2"), with_teacher=False)
+    with pytest.raises(MiniBertError, match="--task conll2003: distillation is for sentence classification"):
+        check_run(settings, make_task("conll2003", labels=["O"]), False, False, CLASSIFICATION)
+    with pytest.raises(MiniBertError, match="--embeddings teacher needs --teacher DIR"):
+        check_run(DistillationSettings(embeddings="teacher", alpha=1.0), make_task("sst2"), False, False,
+                  CLASSIFICATION)
+    with pytest.raises(MiniBertError, match="--optimizer 'sgd': expected adadelta or adam"):
+        check_run(DistillationSettings(optimizer="sgd", alpha=1.0), make_task("sst2"), False, False, CLASSIFICATION)

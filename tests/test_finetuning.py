@@ -1,0 +1,274 @@
+"""minibert/finetuning.py on a tiny model and tiny data, in seconds: the step
+written out equals training.train, batching with its collate hook, run_model,
+the best-epoch rule, the sentence classification run end to end, the saved
+folder, ensembles and resume. (finetune.py's command line: test_finetune.py.)"""
+
+import copy
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from minibert import finetuning
+from minibert.checkpoints import load_pretrained, save_pretrained
+from minibert.heads import IGNORE_INDEX
+from minibert.model import BertModel
+from minibert.support.errors import MiniBertError
+from minibert.support.seeds import seed_from
+from minibert.tasks import make_task
+from minibert.tasks.classification import ClassificationTask
+from minibert.training import TrainingConfig, make_optimizer, setup_context, train, warmup_then_linear_decay
+from tiny_models import FILLER, NEGATIVE, POSITIVE, random_batch, sentiment_rows, tiny_config, write_sst2, write_vocab
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("finetuning")
+    (root / "base").mkdir()
+    vocab_size = write_vocab(root / "base", [" ".join(POSITIVE + NEGATIVE + FILLER)])
+    torch.manual_seed(0)             # Google's initialisation; no pooler, like the bundled model
+    save_pretrained(BertModel(tiny_config(vocab_size), with_pooler=False, with_pair_head=False), root / "base")
+    train_file = write_sst2(root / "train.tsv", sentiment_rows(320, seed=0))
+    dev = write_sst2(root / "dev.tsv", sentiment_rows(64, seed=1))
+    return root, train_file, dev
+
+
+def tune(setup, output, **kwargs):
+    root, train_file, dev = setup
+    task = ClassificationTask("sst2")
+    options = dict(epochs=3, batch_size=16, learning_rate=3e-3, warmup=0.1, seed=0, progress=False, max_seq_len=32)
+    options.update(kwargs)
+    return finetuning.fine_tune(task, root / "base", task.read(train_file), task.read(dev), output, **options)
+
+
+@pytest.fixture(scope="module")
+def tuned(setup):
+    root, _, _ = setup
+    summary = tune(setup, root / "run", epochs=4)
+    return root / "run", summary
+
+
+def tiny_classifier(seed=0, vocab_size=40):
+    torch.manual_seed(seed)
+    base_model = BertModel(tiny_config(vocab_size), with_mlm_head=False, with_pair_head=False)
+    task = ClassificationTask("sst2")
+    return finetuning.TaskModel(base_model, task.make_head(base_model.config)), task
+
+
+def sst2_batches(count, seed=0, vocab_size=40):
+    batches = []
+    for i in range(count):
+        input_ids, attention_mask, token_type_ids = random_batch(vocab_size, batch=3, length=11, seed=seed + i)
+        batches.append({"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                        "labels": torch.tensor([0, 1, 1])})
+    return batches
+
+
+# ----------------------------------------------------------------------------
+# The step written out
+# ----------------------------------------------------------------------------
+
+
+def test_three_written_out_steps_give_the_weights_training_train_gives(tmp_path):
+    looped, task = tiny_classifier()
+    stepped = copy.deepcopy(looped)
+    batches = sst2_batches(3)
+    config = TrainingConfig(total_steps=3, learning_rate=1e-3, weight_decay=0.01, warmup_steps=1, seed=5)
+    train(looped, batches, finetuning.Objective(task), config, setup_context("cpu"), tmp_path / "checkpoint.pt",
+          progress=False)
+
+    optimizer = make_optimizer(stepped, learning_rate=1e-3, weight_decay=0.01)
+    scheduler = warmup_then_linear_decay(optimizer, warmup_steps=1, total_steps=3)
+    losses = []
+    for step, batch in enumerate(batches):
+        torch.manual_seed(seed_from(5, "dropout", step, 0))        # training.train's dropout seed of this step
+        losses.append(finetuning.fine_tuning_step(stepped, batch, optimizer, scheduler, max_grad_norm=1.0))
+
+    assert all(np.isfinite(losses)) and losses[0] == pytest.approx(np.log(2), abs=0.1)   # a fresh head: about ln 2
+    for (name, a), (_, b) in zip(looped.named_parameters(), stepped.named_parameters()):
+        assert (a - b).abs().max() <= 1e-6, name
+    assert any((a != b).any() for a, b in zip(looped.parameters(), tiny_classifier()[0].parameters()))  # it moved
+
+
+# ----------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------
+
+
+def test_the_task_model_drops_what_fine_tuning_does_not_train():
+    base_model = BertModel(tiny_config(40), with_pooler=True, with_mlm_head=True, with_pair_head=True)
+    model = finetuning.TaskModel(base_model, ClassificationTask("sst2").make_head(base_model.config))
+    assert model.base_model.mlm_head is None and model.base_model.pair_head is None
+    assert model.base_model.pooler is not None                       # a sentence head reads it
+    token_model = finetuning.TaskModel(BertModel(tiny_config(40)), make_task("conll2003", labels=["O"]).make_head(
+        base_model.config), uses_pooler=False)
+    assert token_model.base_model.pooler is None
+
+
+def test_a_checkpoint_written_with_encoder_keys_still_loads():
+    model, _ = tiny_classifier(seed=0)
+    other, _ = tiny_classifier(seed=1)
+    old_names = {key.replace("base_model.", "encoder.", 1): value for key, value in model.state_dict().items()}
+    assert any(key.startswith("encoder.") for key in old_names)
+    other.load_state_dict(old_names)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+
+
+# ----------------------------------------------------------------------------
+# Batching
+# ----------------------------------------------------------------------------
+
+
+def test_length_grouped_batches_cover_every_feature_once_per_epoch_with_little_padding():
+    rng = random.Random(0)
+    features = [{"input_ids": [1] * rng.randint(3, 60), "token_type_ids": [0], "labels": 0, "example": i}
+                for i in range(500)]
+    for f in features:
+        f["token_type_ids"] = [0] * len(f["input_ids"])
+    batches = finetuning.LengthGroupedBatches(features, batch_size=10, seed=3, pad_id=0, group_size=5)
+    assert len(batches) == 50
+    seen = sorted(i for b in batches.epoch_batches(0) for i in b)
+    assert seen == list(range(500))
+    grouped = sum(int(batches[i]["attention_mask"].numel()) for i in range(50))
+    shuffled = sum(10 * max(len(features[j]["input_ids"]) for j in range(i, i + 10)) for i in range(0, 500, 10))
+    assert grouped < 0.7 * shuffled                        # far less padding than plain shuffled batches
+    assert batches.epoch_batches(1) != batches.epoch_batches(0)           # a new order each epoch
+    assert batches.epoch_batches(1) == finetuning.LengthGroupedBatches(
+        features, 10, 3, 0, group_size=5).epoch_batches(1)               # ... a function of (seed, epoch)
+
+
+def test_length_grouped_batches_collate_with_the_given_hook():
+    features = [{"input_ids": [1] * n, "token_type_ids": [0] * n} for n in (3, 5, 4, 2)]
+    seen = []
+
+    def count_rows(batch_features, pad_id):
+        seen.append(pad_id)
+        return {"rows": len(batch_features), "lengths": sorted(len(f["input_ids"]) for f in batch_features)}
+
+    batches = finetuning.LengthGroupedBatches(features, batch_size=2, seed=0, pad_id=9, collate=count_rows)
+    collated = [batches[i] for i in range(len(batches))]
+    assert [b["rows"] for b in collated] == [2, 2] and seen == [9, 9]
+    assert sorted(length for b in collated for length in b["lengths"]) == [2, 3, 4, 5]
+
+
+def test_collate_pads_ids_with_pad_id_and_token_targets_with_the_ignore_index():
+    x = IGNORE_INDEX
+    batch = finetuning.collate([{"input_ids": [2, 7, 3], "token_type_ids": [0, 0, 0], "labels": [x, 1, x],
+                                 "example": 0, "_private": "x"},
+                                {"input_ids": [2, 3], "token_type_ids": [0, 0], "labels": [x, x],
+                                 "example": 1, "_private": "y"}], pad_id=0)
+    assert batch["input_ids"].tolist() == [[2, 7, 3], [2, 3, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch["labels"].tolist() == [[x, 1, x], [x, x, x]]              # the third label: padding
+    assert "_private" not in batch and "example" not in batch
+
+
+# ----------------------------------------------------------------------------
+# run_model and the best-epoch rule
+# ----------------------------------------------------------------------------
+
+
+def test_run_model_gives_one_output_per_feature_in_their_order():
+    model, task = tiny_classifier()
+    features = [{"input_ids": [2] + [7] * n + [3], "token_type_ids": [0] * (n + 2)} for n in (1, 6, 3, 9, 2)]
+    probabilities = finetuning.run_model(model, features, 0, task.outputs, batch_size=2, progress=False)
+    one_by_one = [finetuning.run_model(model, [f], 0, task.outputs, progress=False)[0] for f in features]
+    assert len(probabilities) == 5
+    for batched, alone in zip(probabilities, one_by_one):
+        np.testing.assert_allclose(batched, alone, atol=1e-5)           # padding changes nothing
+
+    lengths = finetuning.run_model(model, features, 0, lambda logits, batch: batch["attention_mask"].sum(-1).tolist(),
+                                   batch_size=2, progress=False,
+                                   logits_of=lambda model, batch: batch["input_ids"])   # no forward at all
+    assert lengths == [3, 8, 5, 11, 4]
+
+
+def test_best_epoch_saves_only_when_the_main_metric_improves():
+    scores = iter([70.0, 80.0, 75.0, 81.0])
+    saved = []
+    best = finetuning.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": next(scores), "model": model},
+                                save=lambda model, metrics: saved.append((model, metrics["accuracy"])))
+    assert best.best is None
+    assert [best(f"epoch{i}") for i in range(4)] == [{"accuracy": v} for v in (70.0, 80.0, 75.0, 81.0)]
+    assert saved == [("epoch0", 70.0), ("epoch1", 80.0), ("epoch3", 81.0)]
+    assert [m["accuracy"] for m in best.history] == [70.0, 80.0, 75.0, 81.0] and best.best["accuracy"] == 81.0
+
+    resumed = finetuning.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": 79.0},
+                                   save=lambda model, metrics: saved.append(model), previous={"accuracy": 80.0})
+    resumed("epoch4")
+    assert saved[-1] == ("epoch3", 81.0) and resumed.best == {"accuracy": 80.0}   # 79 does not beat the saved 80
+
+
+# ----------------------------------------------------------------------------
+# Classification end to end
+# ----------------------------------------------------------------------------
+
+
+def test_fine_tuning_learns_the_toy_task_and_keeps_the_best_epoch(tuned):
+    import json
+    folder, summary = tuned
+    accuracies = [epoch["accuracy"] for epoch in summary["epochs_history"]]
+    assert len(accuracies) == 4
+    assert max(accuracies) >= 90.0
+    assert summary["best"]["accuracy"] == max(accuracies)
+    record = json.loads((folder / "task.json").read_text())
+    assert record["task"] == "sst2" and record["labels"] == ["0", "1"] and record["metrics"]["accuracy"] == max(accuracies)
+    assert {"config.json", "model.safetensors", "vocab.txt", "head.safetensors"} <= {p.name for p in folder.iterdir()}
+
+
+def test_a_checkpoint_without_pooler_gets_a_fresh_one_named_in_the_load_report(setup):
+    root, _, _ = setup
+    base_model = load_pretrained(root / "base")
+    assert base_model.pooler is None
+    assert finetuning.add_pooler_if_missing(base_model) is True
+    assert base_model.pooler is not None
+    assert ("pooler.dense", "not in the checkpoint: freshly initialised for fine-tuning") in base_model.load_report.skipped
+    assert finetuning.add_pooler_if_missing(base_model) is False          # a second call keeps the first pooler
+
+
+def test_the_saved_folder_loads_back_to_the_same_outputs(tuned, setup):
+    folder, _ = tuned
+    _, _, dev = setup
+    model, task, tokenizer, record = finetuning.load_task_model(folder, make_task)
+    assert task.name == "sst2" and record["max_seq_len"] == 32
+    features = task.features(task.read(dev), tokenizer, 32)
+    again, *_ = finetuning.load_task_model(folder, make_task)
+    a = finetuning.run_model(model, features, tokenizer.pad_id, task.outputs, progress=False)
+    b = finetuning.run_model(again, features, tokenizer.pad_id, task.outputs, progress=False)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_a_head_of_another_shape_or_a_plain_folder_is_a_one_line_error(tuned, setup, tmp_path):
+    folder, _ = tuned
+    root, _, _ = setup
+    with pytest.raises(MiniBertError, match="not a fine-tuned model folder"):
+        finetuning.read_task_record(root / "base")
+    with pytest.raises(MiniBertError, match=r"head.safetensors: does not fit the sst2 head with 3 labels "
+                                           r"\(size mismatch for classifier.weight"):
+        finetuning.load_task_model(folder, lambda name, labels, settings: make_task("snli"))
+
+
+def test_an_ensemble_of_two_averages_the_members_probabilities(tuned, setup):
+    folder, _ = tuned
+    root, _, dev = setup
+    other = root / "run_seed1"
+    if not other.exists():
+        tune(setup, other, seed=1, epochs=1)
+    task_a, examples, single_a = finetuning.predict([folder], dev, make_task, progress=False)
+    _, _, single_b = finetuning.predict([other], dev, make_task, progress=False)
+    _, _, both = finetuning.predict([folder, other], dev, make_task, progress=False)
+    for (_, a), (_, b), (label, averaged) in zip(single_a, single_b, both):
+        assert np.allclose(averaged, (a + b) / 2, atol=1e-6)
+        assert label == task_a.labels[int(np.argmax(averaged))]
+
+
+def test_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path):
+    straight = tune(setup, tmp_path / "straight", epochs=1)
+    tune(setup, tmp_path / "resumed", epochs=1, max_minutes=1e-9)         # stops after its first step
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["step"] == 1
+    tune(setup, tmp_path / "resumed", epochs=1, resume=True)
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["model"]
+    assert straight["end_step"] == 20
+    assert all(torch.equal(a[k], b[k]) for k in a)

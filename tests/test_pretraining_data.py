@@ -1,0 +1,88 @@
+"""minibert/pretraining_data.py: what BERT's pretraining data is made of
+([BERT] 3.1, A.1): sentences, then 15% of the real tokens chosen per sequence
+(whole words when asked), and of those 80% replaced by [MASK], 10% by a random
+token and 10% left as they are.
+"""
+
+import pytest
+import torch
+
+from minibert.pretraining_data import corrupt_chosen, mask_tokens, split_sentences
+
+
+def test_sentence_splitter_keeps_abbreviation_free_sentences_apart():
+    assert split_sentences('He ran. "Stop!" she cried. Then 3 dogs came?') == ['He ran.', '"Stop!" she cried.', 'Then 3 dogs came?']
+
+
+# ----------------------------------------------------------------------------
+# Masking: which tokens, and what they become
+# ----------------------------------------------------------------------------
+
+
+def test_corrupt_chosen_makes_80_percent_mask_10_random_10_unchanged():
+    V, mask_id, first_normal = 1000, 4, 5
+    input_ids = torch.randint(first_normal, V, (200, 500), generator=torch.Generator().manual_seed(0))
+    chosen = torch.zeros_like(input_ids, dtype=torch.bool)
+    chosen[:, ::2] = True
+    corrupted = corrupt_chosen(input_ids, chosen, mask_id, first_normal, V, torch.Generator().manual_seed(1))
+    n = chosen.sum().item()
+    masked = (corrupted == mask_id) & chosen
+    unchanged = (corrupted == input_ids) & chosen
+    random = chosen & ~masked & ~unchanged
+    assert torch.equal(corrupted[~chosen], input_ids[~chosen])          # positions not chosen stay as they are
+    assert masked.sum() / n == pytest.approx(0.8, abs=0.01)
+    assert unchanged.sum() / n == pytest.approx(0.1 + 0.1 / V, abs=0.01)  # a random draw may hit the same id
+    assert random.sum() / n == pytest.approx(0.1, abs=0.01)
+    assert corrupted[random].min() >= first_normal                      # never a special token
+
+
+def test_mask_tokens_chooses_exactly_the_rounded_fraction_of_real_tokens():
+    input_ids = torch.randint(5, 50, (4, 30), generator=torch.Generator().manual_seed(0))
+    special = torch.zeros(4, 30, dtype=torch.bool)
+    special[:, 0] = special[:, -1] = True
+    special[2, 20:] = True                                               # a padded row: 18 real tokens
+    _, labels, chosen = mask_tokens(input_ids, special, ~special, (3, 50, 5), torch.Generator().manual_seed(0))
+    assert chosen.sum(1).tolist() == [round(0.15 * 28)] * 2 + [round(0.15 * 18)] + [round(0.15 * 28)]
+    assert torch.equal(labels[chosen], input_ids[chosen]) and (labels[~chosen] == -100).all()
+
+
+def test_masking_chooses_15_percent_split_80_10_10_and_never_specials():
+    generator = torch.Generator().manual_seed(0)
+    B, T, V = 400, 100, 1000
+    input_ids = torch.randint(10, V, (B, T), generator=generator)
+    special = torch.zeros(B, T, dtype=torch.bool)
+    special[:, 0] = special[:, -1] = True          # [CLS] ... [SEP]
+    special[: B // 2, 80:] = True                  # padding in half the rows
+    word_starts = torch.ones(B, T, dtype=torch.bool)
+    corrupted, labels, chosen = mask_tokens(input_ids, special, word_starts, (3, V, 5), generator)
+    real = ~special
+    assert not (chosen & special).any()
+    per_row = chosen.sum(1).float() / real.sum(1).float()
+    assert per_row.sub(0.15).abs().max() < 0.01     # exactly round(15%) per sequence
+    n = chosen.sum().item()
+    masked = (corrupted == 3) & chosen
+    kept = (corrupted == input_ids) & chosen
+    assert abs(masked.sum().item() / n - 0.8) < 0.01
+    assert abs(kept.sum().item() / n - 0.1) < 0.01  # includes the rare random draw of the same token
+    assert torch.equal(labels[chosen], input_ids[chosen]) and (labels[~chosen] == -100).all()
+
+
+def test_whole_word_masking_takes_every_piece_of_a_word():
+    generator = torch.Generator().manual_seed(1)
+    B, T = 200, 60
+    input_ids = torch.randint(10, 500, (B, T), generator=generator)
+    special = torch.zeros(B, T, dtype=torch.bool)
+    special[:, 0] = special[:, -1] = True
+    word_starts = torch.rand(B, T, generator=generator) < 0.5   # words of 1..n pieces
+    word_starts |= special
+    word_starts[:, 1] = True
+    _, _, chosen = mask_tokens(input_ids, special, word_starts, (3, 500, 5), generator, whole_word=True)
+    word_index = word_starts.long().cumsum(1)
+    for b in range(B):
+        for w in word_index[b][chosen[b]].unique():
+            members = (word_index[b] == w) & ~special[b]
+            assert chosen[b][members].all(), "a word was masked only in part"
+    target = ((~special).sum(1).float() * 0.15).round()
+    assert (chosen.sum(1) <= target).all()          # never more than the per-sequence count
+    rate = chosen.sum().item() / (~special).sum().item()
+    assert 0.12 < rate < 0.16

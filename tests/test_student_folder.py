@@ -1,0 +1,90 @@
+"""minibert/support/student_folder.py: a student folder written and read back
+gives the same logits, folders written when the student's LSTM was called
+`encoder` still load, and a damaged folder is a one-line error."""
+
+import json
+
+import pytest
+import torch
+
+from distill_helpers import make_distillation_data, one_thread
+from minibert import distillation
+from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
+from minibert.distillation import collate_student, student_features, student_logits
+from minibert.lstm import BiLSTMClassifier, StudentConfig
+from minibert.support.errors import MiniBertError
+from minibert.support.student_folder import WEIGHTS_FILE, load_student, save_student
+from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer, build_vocabulary
+from minibert.tasks import make_task
+from minibert.tasks.readers import ClassificationExample
+
+one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
+
+EXAMPLES = [ClassificationExample("a good film", "a bad plot", "1", None, 2),
+            ClassificationExample("bad", "good film , a plot", "0", None, 3)]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    return make_distillation_data(tmp_path_factory.mktemp("student_folder"))
+
+
+def saved_student(folder, task_name="sst2", tokenizer=None):
+    tokenizer = tokenizer or WordTokenizer(build_vocabulary(["a good film", "a bad plot"]), 16)
+    torch.manual_seed(0)
+    config = StudentConfig(tokenizer.vocab_size, 2, embedding_dim=8, hidden_size=4, fc_size=6,
+                           pair=task_name != "sst2", pooling="max", padding_id=tokenizer.pad_id)
+    model = BiLSTMClassifier(config).eval()
+    save_student(model, tokenizer, make_task(task_name), folder, {"note": "test"})
+    return model, tokenizer
+
+
+def logits_of(model, task, tokenizer):
+    with torch.no_grad():
+        return student_logits(model, collate_student(student_features(task, EXAMPLES, tokenizer), tokenizer.pad_id))
+
+
+def test_a_saved_student_loads_back_with_identical_logits(setup, tmp_path):
+    teacher = distillation.load_teacher(setup / "teacher")
+    for task_name, tokenizer in [("sst2", None), ("mrpc", PieceTokenizer(teacher.tokenizer, 16))]:
+        model, tokenizer = saved_student(tmp_path / task_name, task_name, tokenizer)
+        task = make_task(task_name)
+        loaded, loaded_tokenizer, loaded_task = load_student(tmp_path / task_name)
+        assert loaded_task.name == task_name and loaded_task.labels == task.labels
+        assert loaded_tokenizer.kind == tokenizer.kind and loaded_tokenizer.vocab_size == tokenizer.vocab_size
+        assert [f["input_ids"].tolist() for f in student_features(loaded_task, EXAMPLES, loaded_tokenizer)] == \
+            [f["input_ids"].tolist() for f in student_features(task, EXAMPLES, tokenizer)]
+        assert torch.equal(logits_of(model, task, tokenizer), logits_of(loaded, loaded_task, loaded_tokenizer))
+
+
+def test_a_folder_whose_lstm_is_named_encoder_still_loads_with_identical_logits(tmp_path):
+    model, tokenizer = saved_student(tmp_path)
+    weights = load_safetensors(tmp_path / WEIGHTS_FILE)
+    old = {name.replace("lstm.", "encoder.", 1): tensor for name, tensor in weights.items()}
+    assert "encoder.weight_ih_l0" in old and not any(name.startswith("lstm.") for name in old)
+    save_safetensors(old, tmp_path / WEIGHTS_FILE, metadata={"format": "pt"})     # as folders were written before
+    loaded, loaded_tokenizer, task = load_student(tmp_path)
+    assert "lstm.weight_ih_l0" in loaded.state_dict()
+    assert torch.equal(logits_of(model, task, tokenizer), logits_of(loaded, task, loaded_tokenizer))
+    assert torch.equal(loaded.lstm.weight_hh_l0_reverse, model.lstm.weight_hh_l0_reverse)
+
+
+def test_a_damaged_student_folder_is_a_one_line_error(tmp_path):
+    saved_student(tmp_path)
+    record = json.loads((tmp_path / "student.json").read_text())
+    for changes, message in [({"task": "squad"}, "task 'squad': expected one of sst2"),
+                             ({"tokenization": "bytes"}, "tokenization 'bytes': expected 'words' or 'teacher'"),
+                             ({"labels": ["0", "1", "2"]}, "3 labels for num_classes 2"),
+                             ({"max_seq_len": 0}, "max_seq_len 0: expected a positive integer")]:
+        (tmp_path / "student.json").write_text(json.dumps({**record, **changes}))
+        with pytest.raises(MiniBertError, match=message):
+            load_student(tmp_path)
+    (tmp_path / "student.json").write_text(json.dumps({k: v for k, v in record.items() if k != "labels"}))
+    with pytest.raises(MiniBertError, match="field 'labels' is missing"):
+        load_student(tmp_path)
+    (tmp_path / "student.json").write_text(json.dumps(record))
+    save_safetensors({"embedding.weight": torch.zeros(2, 2)}, tmp_path / WEIGHTS_FILE)
+    with pytest.raises(MiniBertError, match="student.safetensors: does not fit the student of student.json"):
+        load_student(tmp_path)
+    with pytest.raises(MiniBertError, match="not a distill.py student folder"):
+        load_student(tmp_path / "absent")

@@ -1,0 +1,63 @@
+"""minibert.support.tokenizer_files and minibert.support.sentencepiece_model:
+finding a folder's tokenizer files, deciding the casing, reading the
+SentencePiece protobuf. (What the tokenizers built from them do is in
+tests/test_tokenization.py and tests/test_deberta_tokenizers.py.)"""
+
+import json
+
+import pytest
+
+from minibert.support.errors import MiniBertError
+from minibert.support.sentencepiece_model import read_model_file, read_sentencepiece_model
+from minibert.support.tokenizer_files import find_tokenizer_files, read_merges, read_vocab
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_wordpiece_folder_casing_from_config_then_name_then_vocab(tmp_path):
+    vocab = "".join(token + "\n" for token in SPECIALS + ["Hello", "world"])
+    found = find_tokenizer_files(write(tmp_path / "plain" / "vocab.txt", vocab).parent)
+    assert (found.kind, found.file.name, found.do_lower_case) == ("wordpiece", "vocab.txt", False)  # "Hello"
+    assert found.vocab["Hello"] == 5
+    assert find_tokenizer_files(write(tmp_path / "uncased_L-2" / "vocab.txt", vocab).parent).do_lower_case is True
+    write(tmp_path / "plain" / "tokenizer_config.json", json.dumps({"do_lower_case": True}))
+    assert find_tokenizer_files(tmp_path / "plain").do_lower_case is True
+
+
+def test_tf_hub_assets_and_sentencepiece_are_found(tmp_path):
+    write(tmp_path / "hub" / "assets" / "30k-clean.model", "")
+    found = find_tokenizer_files(tmp_path / "hub")
+    assert (found.kind, found.file.name, found.do_lower_case) == ("sentencepiece", "30k-clean.model", True)
+
+
+def test_deberta_folders_are_recognised_by_their_files(tmp_path):
+    write(tmp_path / "v3" / "spm.model", "")
+    write(tmp_path / "v3" / "config.json", json.dumps({"model_type": "deberta-v2"}))
+    assert find_tokenizer_files(tmp_path / "v3").kind == "deberta-v2"
+    write(tmp_path / "v1" / "vocab.json", "{}")
+    write(tmp_path / "v1" / "merges.txt", "")
+    found = find_tokenizer_files(tmp_path / "v1")
+    assert (found.kind, found.merges_file.name, found.do_lower_case) == ("deberta-v1", "merges.txt", False)
+    write(tmp_path / "half" / "vocab.json", "{}")
+    with pytest.raises(MiniBertError, match="half: has vocab.json but no merges.txt"):
+        find_tokenizer_files(tmp_path / "half")
+
+
+def test_file_errors_name_the_file(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MiniBertError, match="empty: no tokenizer file found"):
+        find_tokenizer_files(tmp_path / "empty")
+    with pytest.raises(MiniBertError, match=r"vocab.txt line 3: token 'a' already appears on line 1"):
+        read_vocab(write(tmp_path / "vocab.txt", "a\nb\na\n"))
+    with pytest.raises(MiniBertError, match=r"merges.txt line 2: expected two tokens"):
+        read_merges(write(tmp_path / "merges.txt", "#version: 0.2\na b c\n"))
+    with pytest.raises(MiniBertError, match=r"missing.model: cannot read the SentencePiece model"):
+        read_model_file(tmp_path / "missing.model")
+    with pytest.raises(MiniBertError, match="no pieces found"):
+        read_sentencepiece_model(b"", source="empty.model")

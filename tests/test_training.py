@@ -1,0 +1,303 @@
+"""minibert/training.py on its own: the loop that pretraining, fine-tuning and
+distillation all run, on a tiny BERT with a toy objective (no corpus, no
+tokenizer, no transformers).
+
+What it must get right ([BERT] A.2; Google's optimization.py): the learning
+rate warms up then decays linearly, AdamW decays only the weight matrices,
+the gradient is clipped to its maximum norm, micro-batches accumulate to
+exactly one big batch, a checkpoint resumes bit for bit, and the run stops
+early and evaluates when it is told to.
+"""
+
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minibert.model import BertModel
+from minibert.support.errors import MiniBertError
+from minibert.training import (Context, TrainingConfig, load_checkpoint, make_optimizer, process_is_alive,
+                               remove_stale_temporary_files, rows_for_rank, train, warmup_then_linear_decay)
+from tiny_models import small_config
+
+CPU = Context(torch.device("cpu"))
+
+
+class PredictEachToken:
+    """A toy objective: each real token predicts its own id through the MLM
+    head. Like every objective the loop runs, it returns loss *sums* and the
+    number of items each averages over; the loop divides."""
+
+    def counts(self, batch):
+        return {"tokens": batch["attention_mask"].sum()}
+
+    def losses(self, model, batch):
+        logits = model(batch["input_ids"], batch["attention_mask"]).mlm_logits
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+        correct = ((logits.argmax(-1) == labels) & (labels != -100)).sum()
+        return {"tokens": (loss_sum, correct)}
+
+
+def tiny_model(seed=0, dropout=0.0):
+    torch.manual_seed(seed)
+    config = small_config(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    return BertModel(config, with_pooler=False, with_pair_head=False)
+
+
+def toy_batches(count, rows=2, length=6, seed=0):
+    """`count` micro-batches of random tokens; the last row of each is padded after 4 tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(count):
+        input_ids = torch.randint(5, 40, (rows, length), generator=generator)
+        attention_mask = torch.ones(rows, length, dtype=torch.long)
+        attention_mask[-1, 4:] = 0
+        batches.append({"input_ids": input_ids.masked_fill(attention_mask == 0, 0), "attention_mask": attention_mask})
+    return batches
+
+
+def run(model, batches, path, **settings):
+    """train() with a tiny configuration; `evaluate`, `resume`, `run_config` and
+    `optimizer_factory` go to train(), the rest to TrainingConfig."""
+    options = {k: settings.pop(k) for k in ("evaluate", "resume", "run_config", "optimizer_factory") if k in settings}
+    config = TrainingConfig(**{"total_steps": 6, "learning_rate": 1e-2, "warmup_steps": 2, **settings})
+    return train(model, batches, PredictEachToken(), config, CPU, path, progress=False, **options)
+
+
+def plain_sgd(model):
+    """lr 1 and no schedule: each step moves the weights by exactly minus the (clipped) gradient."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+
+
+# ----------------------------------------------------------------------------
+# The learning-rate schedule
+# ----------------------------------------------------------------------------
+
+
+def test_learning_rate_warms_up_linearly_then_decays_linearly_to_zero():
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=1.0)
+    schedule = warmup_then_linear_decay(optimizer, warmup_steps=2, total_steps=6)
+    rates = []
+    for _ in range(6):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert rates == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5, 0.25])
+
+
+def test_without_warm_up_the_rate_starts_at_its_peak_and_falls_by_one_quarter_per_step():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.2)
+    schedule = warmup_then_linear_decay(optimizer, warmup_steps=0, total_steps=4)
+    rates = []
+    for _ in range(4):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    # step s of 4 uses 0.2 * (4 - s) / 4
+    assert rates == pytest.approx([0.2, 0.15, 0.1, 0.05])
+
+
+def test_the_loop_logs_the_rate_of_the_next_step_after_each_step(tmp_path):
+    summary = run(tiny_model(), toy_batches(6), tmp_path / "checkpoint.pt", log_every=1)
+    # after step s (1-based) the schedule stands at s: warm-up 2, then 0.01 * (6 - s) / 4
+    assert [record["lr"] for record in summary["history"]] == pytest.approx(
+        [0.01, 0.01, 0.0075, 0.005, 0.0025, 0.0])
+
+
+# ----------------------------------------------------------------------------
+# AdamW
+# ----------------------------------------------------------------------------
+
+
+def test_adamw_decays_weight_matrices_but_not_layer_norms_or_biases():
+    model = BertModel(small_config())
+    optimizer = make_optimizer(model, learning_rate=1e-3, weight_decay=0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decay, no_decay = ({names[id(p)] for p in group["params"]} for group in optimizer.param_groups)
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.01, 0.0]
+    assert "encoder.layers.0.attention.query.weight" in decay and "embeddings.word_embeddings.weight" in decay
+    assert "encoder.layers.0.attention.query.bias" in no_decay
+    assert "encoder.layers.0.feed_forward_layer_norm.weight" in no_decay and "mlm_head.bias" in no_decay
+    assert decay | no_decay == set(names.values()) and not decay & no_decay
+
+
+def test_adamw_weight_decay_is_decoupled_from_the_gradient():
+    # With a zero gradient Adam's step is 0 / (0 + eps) = 0, so all that moves
+    # a weight is the decoupled decay: w <- w * (1 - lr * weight_decay) = 0.95 w.
+    model = tiny_model()
+    optimizer = make_optimizer(model, learning_rate=0.1, weight_decay=0.5)
+    before = copy.deepcopy(model.state_dict())
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    after = model.state_dict()
+    assert torch.allclose(after["encoder.layers.0.attention.query.weight"],
+                          0.95 * before["encoder.layers.0.attention.query.weight"])
+    assert torch.equal(after["encoder.layers.0.attention.query.bias"], before["encoder.layers.0.attention.query.bias"])
+    assert torch.equal(after["embeddings.layer_norm.weight"], before["embeddings.layer_norm.weight"])
+
+
+# ----------------------------------------------------------------------------
+# One step: the loss it averages, clipping, accumulation
+# ----------------------------------------------------------------------------
+
+
+def gradient_of_first_step(model, batch):
+    """The gradient train() takes at step 1: loss sum over the step's tokens / their number."""
+    model = copy.deepcopy(model).train()
+    (loss_sum, correct), = PredictEachToken().losses(model, batch).values()
+    n = int(batch["attention_mask"].sum())
+    (loss_sum / n).backward()
+    return {name: p.grad for name, p in model.named_parameters()}, loss_sum.item() / n, correct.item() / n
+
+
+def test_the_logged_loss_and_accuracy_are_averages_over_the_tokens_of_the_step(tmp_path):
+    model, batches = tiny_model(), toy_batches(1)
+    _, loss, accuracy = gradient_of_first_step(model, batches[0])
+    summary = run(model, batches, tmp_path / "checkpoint.pt", total_steps=1, log_every=1)
+    record = summary["history"][0]
+    assert record["tokens_loss"] == pytest.approx(loss) and record["tokens_accuracy"] == pytest.approx(accuracy)
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.01, 0.0])
+def test_the_gradient_is_clipped_to_max_grad_norm_and_keeps_its_direction(tmp_path, max_grad_norm):
+    model, batches = tiny_model(), toy_batches(1)
+    gradient, _, _ = gradient_of_first_step(model, batches[0])
+    norm = torch.cat([g.flatten() for g in gradient.values()]).norm().item()
+    assert norm > 10 * 0.01                                   # so a limit of 0.01 really clips
+    before = copy.deepcopy(model.state_dict())
+    run(model, batches, tmp_path / "checkpoint.pt", total_steps=1, max_grad_norm=max_grad_norm,
+        optimizer_factory=plain_sgd)
+    scale = max_grad_norm / norm if max_grad_norm else 1.0    # 0 means: do not clip
+    for name, p in model.named_parameters():
+        moved = before[name] - p.detach()
+        assert torch.allclose(moved, scale * gradient[name], atol=1e-6), name
+    moved_norm = torch.cat([(before[n] - p.detach()).flatten() for n, p in model.named_parameters()]).norm()
+    assert moved_norm.item() == pytest.approx(max_grad_norm if max_grad_norm else norm, rel=1e-3)
+
+
+def test_two_accumulated_micro_batches_equal_one_batch_of_both(tmp_path):
+    small = toy_batches(6, rows=2)
+    big = [{k: torch.cat([small[2 * i][k], small[2 * i + 1][k]]) for k in small[0]} for i in range(3)]
+    accumulated, one_batch = tiny_model(), tiny_model()
+    start = copy.deepcopy(one_batch.state_dict())
+    run(accumulated, small, tmp_path / "a.pt", total_steps=3, grad_accum_steps=2)
+    run(one_batch, big, tmp_path / "b.pt", total_steps=3, grad_accum_steps=1)
+    for (name, p), q in zip(accumulated.named_parameters(), one_batch.parameters()):
+        assert (p - q).abs().max() < 1e-6, name
+    assert not torch.equal(one_batch.state_dict()["encoder.layers.0.attention.query.weight"],
+                           start["encoder.layers.0.attention.query.weight"])      # it did train
+
+
+# ----------------------------------------------------------------------------
+# Checkpoints: resuming bit for bit
+# ----------------------------------------------------------------------------
+
+
+class Killed(Exception):
+    """The process died here (what SIGKILL does to a real run)."""
+
+
+class KilledAt:
+    """Batches whose run is killed when the loop asks for micro-batch `index`."""
+
+    def __init__(self, batches, index):
+        self.batches, self.index = batches, index
+
+    def __getitem__(self, i):
+        if i >= self.index:
+            raise Killed(f"killed before micro-batch {i}")
+        return self.batches[i]
+
+
+def test_a_run_killed_and_resumed_ends_with_exactly_the_weights_of_an_uninterrupted_one(tmp_path):
+    # Dropout on and two micro-batches per step, so that resuming must restore
+    # the optimizer, the schedule and the dropout seeds as well as the weights.
+    settings = dict(total_steps=6, grad_accum_steps=2, seed=7)
+    batches = toy_batches(12)
+    straight = tiny_model(dropout=0.1)
+    run(straight, batches, tmp_path / "straight.pt", **settings)
+
+    path = tmp_path / "killed.pt"
+    with pytest.raises(Killed):
+        run(tiny_model(dropout=0.1), KilledAt(batches, 3 * 2), path, checkpoint_every=1, **settings)
+    assert load_checkpoint(path)["step"] == 3
+    resumed = tiny_model(seed=99, dropout=0.1)               # other weights: the checkpoint must replace them
+    summary = run(resumed, batches, path, resume=True, **settings)
+    assert summary["start_step"] == 3 and summary["end_step"] == 6
+    for name, value in straight.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], value), name
+
+
+def test_resuming_with_other_settings_or_without_a_checkpoint_is_a_minibert_error(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    with pytest.raises(MiniBertError, match="--resume: no checkpoint at"):
+        run(tiny_model(), toy_batches(6), path, resume=True)
+    run(tiny_model(), toy_batches(6), path, run_config={"seed": 0, "batch_size": 2})
+    with pytest.raises(MiniBertError, match="was made with batch_size=2, this run has 4"):
+        run(tiny_model(), toy_batches(6), path, resume=True, run_config={"seed": 0, "batch_size": 4})
+    other_model = BertModel(small_config(hidden_size=16), with_pooler=False, with_pair_head=False)
+    with pytest.raises(MiniBertError, match="does not fit this model"):
+        run(other_model, toy_batches(6), path, resume=True)
+
+
+def test_a_damaged_checkpoint_is_a_one_line_minibert_error(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"half a checkpoint")
+    with pytest.raises(MiniBertError, match="checkpoint.pt: cannot read training checkpoint"):
+        load_checkpoint(path)
+
+
+def test_temporary_files_of_dead_writers_are_removed_and_those_of_live_ones_kept(tmp_path):
+    finished = subprocess.Popen([sys.executable, "-c", "None"])
+    finished.wait()                                                     # its PID is no process now
+    assert process_is_alive(os.getpid()) and not process_is_alive(finished.pid)
+    dead = tmp_path / f".checkpoint.pt.{finished.pid}.0badc0de.tmp"
+    live = tmp_path / f".checkpoint.pt.{os.getpid()}.0000cafe.tmp"
+    other = tmp_path / f".other.pt.{finished.pid}.0badc0de.tmp"          # not this checkpoint's
+    for path in (dead, live, other):
+        path.write_bytes(b"part of a file")
+    assert remove_stale_temporary_files(tmp_path / "checkpoint.pt") == [dead.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+# ----------------------------------------------------------------------------
+# Stopping early and evaluating
+# ----------------------------------------------------------------------------
+
+
+def test_evaluate_runs_every_eval_every_steps_and_after_the_last(tmp_path):
+    calls = []
+
+    def evaluate(model):
+        calls.append(model.training)
+        return {"score": float(len(calls))}
+
+    summary = run(tiny_model(), toy_batches(7), tmp_path / "checkpoint.pt", total_steps=7, eval_every=3,
+                  evaluate=evaluate)
+    held_out = [(r["step"], r["heldout_score"]) for r in summary["history"] if "heldout_score" in r]
+    assert held_out == [(3, 1.0), (6, 2.0), (7, 3.0)]
+    assert summary["heldout"] == {"score": 3.0}
+
+
+def test_max_minutes_stops_after_the_step_that_ran_out_of_time_with_a_checkpoint(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    steps_evaluated = []
+    summary = run(tiny_model(), toy_batches(6), path, max_minutes=0.0, eval_every=100,
+                  evaluate=lambda model: steps_evaluated.append(1) or {"score": 0.0})
+    assert summary["end_step"] == 1 and load_checkpoint(path)["step"] == 1
+    assert steps_evaluated == [1]                                      # evaluated before stopping
+
+
+def test_each_process_takes_every_world_size_th_row_from_its_rank():
+    batch = {"input_ids": torch.arange(5)}
+    assert rows_for_rank(batch, Context(torch.device("cpu"), rank=0, world_size=2))["input_ids"].tolist() == [0, 2, 4]
+    assert rows_for_rank(batch, Context(torch.device("cpu"), rank=1, world_size=2))["input_ids"].tolist() == [1, 3]
+    assert rows_for_rank(batch, CPU) is batch
