@@ -16,9 +16,9 @@ and the two constants every loss and every mask shares:
 
 import torch.nn as nn
 
-# F.cross_entropy's ignore_index: a token that starts no word (NER), an
-# augmented sentence without a gold label (distillation). The loss and its
-# count skip it.
+# F.cross_entropy's ignore_index: a position not chosen for MLM (pretraining),
+# a token that starts no word (NER), an augmented sentence without a gold label
+# (distillation). The loss and its count skip it.
 IGNORE_INDEX = -100
 
 # Padding positions get this logit before a softmax over positions (SQuAD's

@@ -39,6 +39,7 @@ from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import fsync_folder, temporary_name
+from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
                                       is_token_cache, pack_blocks, tokenizer_fingerprint, vocabulary)
@@ -53,10 +54,10 @@ MIN_SEQ_LEN = 4
 
 def masked_lm_loss(model, batch):
     """The MLM term ([BERT] 3.1, Task #1) and the model output: cross-entropy
-    of the original word piece at each chosen position (mlm_labels != -100),
+    of the original word piece at each chosen position (mlm_labels != IGNORE_INDEX),
     summed, and how many of them the argmax got right. Sums, not means: the
     caller divides by the count over the whole step (see training.py)."""
-    positions = batch["mlm_labels"] != -100
+    positions = batch["mlm_labels"] != IGNORE_INDEX
     output = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                    token_type_ids=batch["token_type_ids"], mlm_positions=positions)
     labels = batch["mlm_labels"][positions]
@@ -72,7 +73,7 @@ class MaskedLMObjective:
         self.pair_objective = pair_objective
 
     def counts(self, batch):
-        counts = {"mlm": int((batch["mlm_labels"] != -100).sum())}
+        counts = {"mlm": int((batch["mlm_labels"] != IGNORE_INDEX).sum())}
         if self.pair_objective != "none":
             counts[self.pair_objective] = len(batch["pair_labels"])
         return counts
@@ -99,7 +100,7 @@ def evaluate_mlm(model, batches, num_batches, device):
         (batch_loss, batch_correct), _ = masked_lm_loss(model, batch)
         loss_sum += float(batch_loss)
         correct += int(batch_correct)
-        count += int((batch["mlm_labels"] != -100).sum())
+        count += int((batch["mlm_labels"] != IGNORE_INDEX).sum())
     mean_loss = loss_sum / max(count, 1)
     return {"masked_accuracy": correct / max(count, 1), "perplexity": math.exp(min(mean_loss, 50.0)),
             "masked_tokens": count}

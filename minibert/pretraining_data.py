@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from minibert.heads import IGNORE_INDEX
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
 from minibert.support.seeds import generator_for
@@ -226,7 +227,7 @@ def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, 
     word_starts (B, T) True where a token begins a word (not a ## piece).
     Per sequence, exactly round(mask_prob * real tokens) positions (at least 1)
     are chosen, as in Google's create_pretraining_data.py. Returns
-    (corrupted input_ids, labels (B, T) with -100 where not chosen, chosen mask).
+    (corrupted input_ids, labels (B, T) with IGNORE_INDEX (-100) where not chosen, chosen mask).
     """
     mask_id, vocab_size, first_normal_id = tokenizer_ids
     B, T = input_ids.shape
@@ -267,7 +268,7 @@ def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, 
         rank = order.argsort(dim=1)
         chosen = (rank < counts[:, None]) & real
 
-    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
     corrupted = corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, generator)
     return corrupted, labels, chosen
 

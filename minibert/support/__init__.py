@@ -1,14 +1,31 @@
 """Support code: what makes the lessons safe and practical, and what a student may skip.
 
-    errors.py     MiniBertError, the one exception raised for bad input
-    config_checks.py  BertConfig's and DebertaConfig's field checks (type and range of every field)
-    fileio.py     atomic writes (temporary name, then rename), JSON files
-    cli.py        the scripts' flag checks and one-line `error: ...` exits
-    devices.py    `--device` -> torch.device; moving batches to it
-    seeds.py      seeds mixed from (seed, step, ...), so runs resume bit for bit
-    hub.py        a name -> a folder: the bundled model, a path, or a download into the cache
-    protobuf.py   the protobuf wire format (TF index entries, SentencePiece models)
-
 The lesson modules (one level up) call these in one line each. The checkpoint
 formats live beside them in minibert/checkpoints/.
+
+Shared by every lesson and script:
+
+    errors.py                  MiniBertError, the one exception raised for bad input
+    fileio.py                  atomic writes (temporary name, then rename), JSON files
+    folders.py                 a module's weights and a JSON record in a model folder
+    cli.py                     the scripts' flag checks and one-line `error: ...` exits
+    reports.py                 metrics as a small table on screen, results ready for JSON
+    devices.py                 `--device` -> torch.device; moving batches to it
+    seeds.py                   seeds mixed from (seed, step, ...), so runs resume bit for bit
+    hub.py                     a name -> a folder: the bundled model, a path, or a download into the cache
+    protobuf.py                the protobuf wire format (TF index entries, SentencePiece models)
+
+For one lesson each:
+
+    config_checks.py           model.py, deberta.py: the type and range of every config field
+    tokenizer_files.py         tokenization.py: finding, reading and writing a folder's tokenizer files
+    sentencepiece_model.py     tokenization.py: the pieces and settings of a SentencePiece `.model` file
+    student_config.py          lstm.py: the checks of the student's config fields
+    words.py                   augment.py, distillation.py: a text as words; the POS-tagged file reader
+    student_tokenizers.py      distillation.py: the student's text -> ids (words, or the teacher's pieces)
+    word_vectors.py            distillation.py: the vectors the student's embeddings start from
+    transfer_cache.py          distillation.py: the transfer set and teacher logits, cached by fingerprint
+    student_folder.py          distillation.py: the student folder on disk
+    distillation_settings.py   distillation.py: a run's settings and their checks
+    distillation_run.py        distillation.py: a run's record, resume settings and parameter counts
 """
