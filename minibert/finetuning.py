@@ -16,8 +16,8 @@ uses it:
   run_model            per-row outputs for every feature, in large sorted batches
   fine_tune            the run: data, model, training.train with evaluation each
                        epoch, the best epoch kept (BestEpoch)
-  save / load          a fine-tuned folder: the model in Hugging Face layout,
-                       head.safetensors, task.json
+  save / load          a fine-tuned folder: the model and its head in Hugging
+                       Face layout (what transformers' For<Task> models load), task.json
   predict              one model or an ensemble (members' probabilities averaged)
 
 fine_tune(..., sift=SiftConfig(...)) adds DeBERTa's scale-invariant
@@ -41,7 +41,9 @@ A task object has:
   predict(examples, features, outputs)
                                  predictions, one per example
   metrics(examples, predictions) the official metrics, in percent
+  has_gold(examples)             whether every example has its answer (so metrics can score it)
   write_predictions(examples, predictions, path)
+                                 the task's official prediction format(s); returns the paths written
 """
 
 import math
@@ -54,11 +56,14 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from minibert.checkpoints import load_pretrained, save_pretrained
+from minibert.checkpoints.task_heads import load_task_head
 from minibert.heads import IGNORE_INDEX, add_pooler_if_missing   # callers also find it here
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
-from minibert.support.folders import load_weights, read_record, save_weights, write_record
+from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
+from minibert.support.folders import load_weights, read_record, write_folder, write_record
 from minibert.support.seeds import generator_for
+from minibert.tasks.registry import TASK_NAMES
 from minibert.tokenization import load_tokenizer
 from minibert.training import TrainingConfig, setup_context, train
 
@@ -285,11 +290,17 @@ class BestEpoch:
 def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs=3, max_steps=None,
               learning_rate=5e-5, batch_size=32, eval_batch_size=128, max_seq_len=128, warmup=0.1,
               weight_decay=0.01, seed=0, bf16=False, device="auto", resume=False, progress=True,
-              max_minutes=None, settings=None, sift=None):
+              max_minutes=None, settings=None, sift=None, run_settings=None, eval_name="held-out",
+              keep_checkpoint=False):
     """Fine-tune `model_name` (anything load_pretrained reads) on the task and
     write the best epoch's model to `output`. Returns a summary dict.
+    `eval_name`: what the evaluation lines call eval_examples ("dev.tsv").
+    output/checkpoint.pt is removed once the run has reached its last step,
+    unless keep_checkpoint; a run stopped by max_minutes keeps it to resume.
     `sift`: a sift.SiftConfig to train with SiFT's adversarial loss (task.json
-    records its settings), or None."""
+    records its settings), or None. `run_settings`: more {flag: value} that
+    shape the run (finetune.py: the training file, ...); with these
+    arguments they are what --resume must find unchanged."""
     context = setup_context(device)
     output = Path(output)
     tokenizer = load_tokenizer(model_name)
@@ -308,7 +319,8 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     total_steps = max_steps or epochs * len(batches)
     eval_features = task.features(eval_examples, tokenizer, max_seq_len) if eval_examples is not None else None
     settings = {"max_seq_len": max_seq_len, "base_model": str(model_name), **getattr(task, "settings", {}),
-                **(settings or {})}
+                **(settings or {}),     # and the vocabulary, so that predict() notices a vocab.txt replaced
+                "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer)}
     objective = Objective(task)
     if sift is not None:
         from minibert.sift import SiftObjective
@@ -327,12 +339,20 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     config = TrainingConfig(total_steps=total_steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=int(warmup * total_steps), seed=seed, log_every=10,
                             eval_every=len(batches), checkpoint_every=len(batches), max_minutes=max_minutes,
-                            bf16=bf16)
+                            bf16=bf16, eval_name=eval_name)
     run_config = {"task": task.name, "base_model": str(model_name), "total_steps": total_steps,
                   "batch_size": batch_size, "seed": seed, "grad_accum_steps": 1, "max_seq_len": max_seq_len,
                   "train_examples": len(train_examples)}
     if sift is not None:
         run_config["sift"] = settings["sift"]
+    run_config["settings"] = {   # --resume refuses a run where one differs (training.check_same_run)
+        "--task": task.name, "--model": str(model_name), "--lr": learning_rate, "--warmup": warmup,
+        "--weight-decay": weight_decay, "--max-seq-len": max_seq_len,
+        "the tokenizer's casing (do_lower_case)": getattr(tokenizer, "do_lower_case", None),
+        "--sift": settings.get("sift"),
+        **{f"--{k.replace('_', '-')}": v for k, v in getattr(task, "settings", {}).items()
+           if k in ("doc_stride", "max_query_len")},
+        **(run_settings or {})}
     output.mkdir(parents=True, exist_ok=True)
     if context.is_main and progress:
         tqdm.write(f"{task.name}: {len(train_examples):,} training examples ({len(train_features):,} features), "
@@ -347,6 +367,8 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
             objective.remove_hooks()
     if context.is_main and eval_features is None:
         save_task_model(model, task, tokenizer, output, settings)
+    if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
+        (output / "checkpoint.pt").unlink(missing_ok=True)     # finished: nothing left to resume
     summary.update(task=task.name, seconds=time.time() - started, epochs_history=best_epoch.history,
                    best=best_epoch.best, steps_per_epoch=len(batches))
     return summary
@@ -358,34 +380,54 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
 
 
 def save_task_model(model, task, tokenizer, folder, settings, metrics=None):
-    """The pretrained model part (Hugging Face layout, so other tools read
-    it), the head's weights and task.json (the task, its labels and the
-    settings the features were made with). Each file is written atomically;
-    task.json goes last."""
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    save_pretrained(model.base_model, folder, tokenizer=tokenizer)
-    save_weights(model.head, Path(folder) / HEAD_FILE)
+    """The fine-tuned folder, written as one unit (support/folders.py: into a
+    temporary folder renamed into place, so a kill leaves the old best epoch
+    or the new one, whole): a complete Hugging Face model folder (the
+    encoder and the head under the names transformers' For<Task> model uses,
+    config.json with its architecture and labels; checkpoints/task_heads.py)
+    and task.json (the task, its labels, the settings the features were
+    made with, the metrics). The folder's other files (checkpoint.pt) are
+    carried over; an old layout's head.safetensors is not."""
     metrics_field = {"metrics": metrics} if metrics is not None else {}
-    write_record(folder, TASK_FILE, {"task": task.name, "labels": task.labels, **settings, **metrics_field})
+
+    def write_into(staging):
+        save_pretrained(model.base_model, staging, tokenizer=tokenizer, head=model.head, labels=task.labels)
+        write_record(staging, TASK_FILE, {"task": task.name, "labels": task.labels, **settings, **metrics_field})
+
+    write_folder(folder, write_into, leave_behind=(HEAD_FILE,))
 
 
 def read_task_record(folder):
-    return read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
-                       missing_hint=f"not a fine-tuned model folder: make one with "
-                                    f"finetune.py --task ... --output {folder}")
+    record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
+                         missing_hint=f"not a fine-tuned model folder: make one with "
+                                      f"finetune.py --task ... --output {folder}")
+    path, labels, length = Path(folder) / TASK_FILE, record.get("labels"), record["max_seq_len"]
+    if record["task"] not in TASK_NAMES:
+        raise MiniBertError(f"{path}: field 'task' is {str(record['task'])[:40]!r}; expected one of "
+                            f"{', '.join(TASK_NAMES)}")
+    if labels is not None and not (isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels)):
+        raise MiniBertError(f"{path}: field 'labels' must be a list of label names (strings), got {str(labels)[:60]}")
+    if type(length) is not int or length < 8:
+        raise MiniBertError(f"{path}: field 'max_seq_len' must be an integer >= 8, got {str(length)[:40]}")
+    return record
 
 
 def load_task_model(folder, make_task, overrides=None):
     """(model, task, tokenizer, record) from a fine-tuned folder. `overrides`
     replace saved task settings that only affect decoding (e.g. SQuAD's
-    null_threshold, tuned after training)."""
+    null_threshold, tuned after training). The head is read from
+    model.safetensors, or from head.safetensors in a folder written before
+    the head moved there."""
     record = read_task_record(folder)
     task = make_task(record["task"], labels=record.get("labels"), settings={**record, **(overrides or {})})
     base_model = load_pretrained(folder)
-    head = load_weights(task.make_head(base_model.config), Path(folder) / HEAD_FILE,
-                        f"the {record['task']} head with {len(task.labels or [])} labels")
-    model = TaskModel(base_model, head, task.uses_pooler).eval()
-    return model, task, load_tokenizer(folder), record
+    head = task.make_head(base_model.config)
+    what = f"the {record['task']} head with {len(task.labels or [])} labels"
+    if load_task_head(head, Path(folder) / "model.safetensors", what) is None:
+        load_weights(head, Path(folder) / HEAD_FILE, what)
+    model, tokenizer = TaskModel(base_model, head, task.uses_pooler).eval(), load_tokenizer(folder)
+    check_tokenizer_matches(folder, tokenizer, base_model.config, record)
+    return model, task, tokenizer, record
 
 
 # ----------------------------------------------------------------------------
@@ -407,8 +449,9 @@ def predict(folders, path, make_task, device="cpu", batch_size=128, bf16=False, 
             raise MiniBertError(f"--ensemble: {folder} is {other.name} with labels {other.labels} and max_seq_len "
                                 f"{other_record['max_seq_len']}; {folders[0]} is {task.name} with {task.labels} "
                                 f"and {record['max_seq_len']}: members must match")
-        if other_tokenizer.vocab_size != tokenizer.vocab_size:
-            raise MiniBertError(f"--ensemble: {folder} has another vocabulary than {folders[0]}")
+        if tokenizer_fingerprint(other_tokenizer) != tokenizer_fingerprint(tokenizer):   # tokens, order, casing
+            raise MiniBertError(f"--ensemble: {folder} has another vocabulary than {folders[0]} (other tokens, "
+                                f"another order or another casing): every member must read the same ids")
     examples = task.read(path)
     if select is not None:
         examples = select(task, examples)

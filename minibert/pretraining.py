@@ -90,19 +90,21 @@ class MaskedLMObjective:
 
 
 @torch.no_grad()
-def evaluate_mlm(model, batches, num_batches, device):
-    """Masked-token accuracy and perplexity (exp of the mean cross-entropy) on
-    the first `num_batches` held-out batches (the same masks every time)."""
+def evaluate_mlm(model, batches, num_batches, device, progress=False):
+    """Masked-token accuracy (percent) and perplexity (exp of the mean
+    cross-entropy) on the first `num_batches` held-out batches (the same
+    masks every time), and how many masked tokens they hold."""
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
-    for i in range(min(num_batches, len(batches))):
+    for i in tqdm(range(min(num_batches, len(batches))), desc="held-out evaluation", leave=False,
+                  disable=not progress, dynamic_ncols=True):
         batch = move_to_device(batches[i], device)
         (batch_loss, batch_correct), _ = masked_lm_loss(model, batch)
         loss_sum += float(batch_loss)
         correct += int(batch_correct)
         count += int((batch["mlm_labels"] != IGNORE_INDEX).sum())
     mean_loss = loss_sum / max(count, 1)
-    return {"masked_accuracy": correct / max(count, 1), "perplexity": math.exp(min(mean_loss, 50.0)),
+    return {"masked_accuracy": 100.0 * correct / max(count, 1), "perplexity": math.exp(min(mean_loss, 50.0)),
             "masked_tokens": count}
 
 
@@ -286,7 +288,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
              grad_accum_steps=1, steps=10000, learning_rate=5e-4, warmup_steps=1000, weight_decay=0.01,
              max_grad_norm=1.0, seed=0, pair_objective="none", mask_prob=0.15, whole_word=False,
              eval_every=1000, eval_batches=20, checkpoint_every=1000, max_minutes=None, resume=False,
-             device="auto", num_workers=0, cache_dir=None, progress=True):
+             device="auto", num_workers=0, cache_dir=None, progress=True, bf16=False, keep_checkpoint=False):
     """Pretrain a model from scratch and save it in Hugging Face layout in
     `output`. Returns the training summary. `model_config` says which: a
     BertConfig pretrains BERT or ALBERT with MLM (+ NSP/SOP), a DebertaConfig
@@ -294,7 +296,12 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     must be "none").
 
     resume=True continues from output/checkpoint.pt, or starts from step 0
-    (saying so) where there is none yet."""
+    (saying so) where there is none yet. checkpoint.pt (three times the
+    model's size: the weights and Adam's two moments) is removed once the
+    run has reached `steps` and the model is saved, unless keep_checkpoint;
+    a run stopped early (max_minutes) keeps it to be resumed. bf16: train
+    under bfloat16 autocast (any device; weights stay float32), as
+    finetune.py --bf16; without it, float32 throughout."""
     context = setup_context(device)
     output = Path(output)
     if model_config.vocab_size != tokenizer.vocab_size:
@@ -333,7 +340,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     config = TrainingConfig(total_steps=steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=warmup_steps, max_grad_norm=max_grad_norm,
                             grad_accum_steps=grad_accum_steps, seed=seed, eval_every=eval_every,
-                            checkpoint_every=checkpoint_every, max_minutes=max_minutes)
+                            checkpoint_every=checkpoint_every, max_minutes=max_minutes, bf16=bf16)
     checkpoint_path = output / CHECKPOINT
     resume = resume and can_resume(output)
     start = load_checkpoint(checkpoint_path)["step"] if resume else 0
@@ -342,7 +349,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
         batches = Prefetched(train_batches, start * grad_accum_steps, steps * grad_accum_steps, num_workers)
     evaluate = None
     if heldout_batches is not None:
-        evaluate = lambda m: evaluate_mlm(m, heldout_batches, eval_batches, context.device)
+        evaluate = lambda m: evaluate_mlm(m, heldout_batches, eval_batches, context.device, progress=progress)
     if context.is_main:
         epochs = steps * grad_accum_steps / len(train_batches)
         tqdm.write(f"{model.num_parameters():,} parameters; {len(train_batches.blocks):,} training sequences, "
@@ -351,6 +358,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                     run_config=run_config, evaluate=evaluate, resume=resume, progress=progress)
     if context.is_main:
         save_model_folder(model.to("cpu"), tokenizer, output)
+        if summary["end_step"] >= steps and not keep_checkpoint:   # finished: nothing left to resume
+            checkpoint_path.unlink(missing_ok=True)
     summary["parameters"] = model.num_parameters()
     summary["run_config"] = {k: v for k, v in run_config.items() if k != "vocabulary"}  # the file has it
     return summary

@@ -35,6 +35,7 @@ from tqdm import tqdm
 from minibert.heads import IGNORE_INDEX
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
+from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary  # noqa: F401  (used here and by pretraining.py)
 from minibert.support.seeds import generator_for
 
 CACHE_VERSION = 1
@@ -75,16 +76,6 @@ def cache_key(files, tokenizer_fingerprint, settings):
         with open(path, "rb") as f:
             digest.update(hashlib.sha256(f.read()).digest())
     return digest.hexdigest()[:16]
-
-
-def vocabulary(tokenizer):
-    return tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))
-
-
-def tokenizer_fingerprint(tokenizer):
-    """A hash of the vocabulary and casing: the cache depends on both."""
-    text = json.dumps([tokenizer.kind, tokenizer.do_lower_case, vocabulary(tokenizer)])
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def continuation_flags(tokenizer):

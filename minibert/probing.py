@@ -47,6 +47,7 @@ from tqdm import tqdm
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
+from minibert.support.plots import plot_probe
 from minibert.model import MaskedLMHead
 
 DEFAULT_SENTENCES = Path(__file__).parent / "data" / "probe_sentences.txt"
@@ -431,40 +432,32 @@ def format_examples(result):
     return "\n".join(lines)
 
 
+def json_record(result):
+    """A ProbeResult as probe.json writes it: accuracies in percent, as every
+    minibert script reports them, named so (top1_percent, top5_percent)."""
+    def in_percent(scores):
+        scores = dict(scores)
+        for key in ("top1", "top5"):
+            scores[f"{key}_percent"] = 100 * scores.pop(key)
+        return scores
+    values = result.to_dict()
+    values["layers"] = [in_percent(layer) for layer in values["layers"]]
+    if values["masked"] is not None:
+        values["masked"] = in_percent(values["masked"])
+    return values
+
+
 def save_json(results, path):
     """`results`: a ProbeResult, or a dict of them (e.g. original and deeper)."""
     if isinstance(results, ProbeResult):
-        values = results.to_dict()
+        values = json_record(results)
     else:
-        values = {name: r.to_dict() for name, r in results.items()}
+        values = {name: json_record(r) for name, r in results.items()}
     write_json(path, values)
 
 
 def save_plot(results, path):
     """Top-1 and top-5 accuracy against layer, one line pair per result
-    (`results` maps a name to a ProbeResult). Needs matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")            # files only, no window
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MiniBertError(f"--plot {path}: needs matplotlib, which is not installed (pip install matplotlib)") from None
-    figure, axes = plt.subplots(figsize=(7, 4))
-    for name, result in results.items():
-        x = [r.layer for r in result.layers]
-        line, = axes.plot(x, [100 * r.top1 for r in result.layers], marker="o", label=f"{name} top-1")
-        axes.plot(x, [100 * r.top5 for r in result.layers], marker="o", linestyle="--", color=line.get_color(),
-                  label=f"{name} top-5")
-    axes.set_xlabel("hidden state (0 = embeddings)")
-    axes.set_ylabel("input tokens reconstructed (%)")
-    axes.set_ylim(0, 100)
-    axes.set_title("MLM head applied to every layer (Kao et al. 2020)")
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    try:
-        figure.savefig(path)
-    except (OSError, ValueError) as e:
-        raise MiniBertError(f"--plot {path}: cannot write the figure ({e})") from None
-    finally:
-        plt.close(figure)
+    (`results` maps a name to a ProbeResult; minibert.support.plots draws
+    it, with the legend under the axes). Needs matplotlib."""
+    return plot_probe(results, path)

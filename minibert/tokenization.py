@@ -473,9 +473,9 @@ def wordpiece_tokenizer(vocab_file, do_lower_case=True):
     return _wordpiece_from_vocab(read_vocab(vocab_file), do_lower_case, source=str(vocab_file))
 
 
-def train_wordpiece(files, vocab_size, do_lower_case=True, min_frequency=2, limit_alphabet=1000):
+def train_wordpiece(files, vocab_size, do_lower_case=True, min_frequency=2, limit_alphabet=1000, progress=True):
     """Train a new WordPiece vocabulary on text files with `tokenizers` (it shows its
-    progress). Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]; then the "##"
+    progress unless progress=False). Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]; then the "##"
     forms of the characters that continue words, the alphabet (the
     `limit_alphabet` most frequent characters) and the learned pieces.
 
@@ -500,7 +500,7 @@ def train_wordpiece(files, vocab_size, do_lower_case=True, min_frequency=2, limi
     backend.normalizer = _bert_normalizer(do_lower_case)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     alphabet, continuations = _alphabet_of(files, backend, limit_alphabet)
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=True,
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=progress,
                                         special_tokens=BERT_SPECIAL_TOKENS + ["##" + c for c in continuations],
                                         initial_alphabet=alphabet, limit_alphabet=len(alphabet),
                                         continuing_subword_prefix="##")

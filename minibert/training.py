@@ -20,6 +20,7 @@ the optimizer, the schedule and the step number to resume bit for bit.
 """
 
 import contextlib
+import math
 import os
 import re
 import shutil
@@ -146,6 +147,30 @@ def remove_stale_temporary_files(path):
     return removed
 
 
+# What a checkpoint's run_config must share with the run that resumes it.
+# `settings` holds, under each flag's name, every other setting that shapes
+# the run (learning rate, data file, task, ...): the caller decides which.
+SAME_RUN_KEYS = ("model_config", "total_steps", "batch_size", "seed", "grad_accum_steps", "vocabulary_fingerprint")
+
+
+def check_same_run(path, saved, run_config):
+    """--resume continues the run the checkpoint at `path` was made by, or
+    stops with a message naming the setting, its old and its new value: a
+    resumed run with another learning rate, data file or task would end as
+    neither run. Keys that one side lacks (an older checkpoint) are skipped."""
+    if not run_config:
+        return
+    old, new = saved.get("settings", {}), run_config.get("settings", {})
+    for flag in old:                     # first: a changed flag explains a changed step count or model
+        if flag in new and old[flag] != new[flag]:
+            raise MiniBertError(f"--resume: {path} was made with {flag} {old[flag]!r}, this run has {flag} "
+                                f"{new[flag]!r}; resume with the same value, or start a new run in another folder")
+    for key in SAME_RUN_KEYS:
+        if key in saved and saved[key] != run_config.get(key):
+            raise MiniBertError(f"--resume: {path} was made with {key}={saved[key]!r}, "
+                                f"this run has {run_config.get(key)!r}")
+
+
 def load_checkpoint(path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -172,6 +197,7 @@ class TrainingConfig:
     checkpoint_every: int = 0      # 0: only at the end
     max_minutes: Optional[float] = None  # stop early (with a checkpoint) after this much wall time
     bf16: Optional[bool] = None    # bf16 autocast: None = on CUDA only, True = on CPU too, False = never
+    eval_name: str = "held-out"    # what the evaluation lines call the set `evaluate` scores (e.g. "dev.tsv")
 
 
 def rows_for_rank(batch, context):
@@ -191,6 +217,42 @@ def all_reduce_sum(values, context):
         tensor = tensor.to(context.device)
     dist.all_reduce(tensor)
     return dict(zip(keys, tensor.tolist()))
+
+
+def check_finite(step_stats, step, learning_rate, context):
+    """Stop a run whose loss has become NaN or infinite: every later step
+    would train on NaNs, and the model saved at the end would be NaNs. The
+    check happens before the optimizer step, so the weights are still finite
+    (and so is the last checkpoint). One sync per step, the price of never
+    saving a broken model; every process stops together (one stopping alone
+    would leave the others waiting for it)."""
+    losses = {term: float(loss_sum) for term, (loss_sum, _) in step_stats.items()}
+    broken = {"broken": sum(not math.isfinite(value) for value in losses.values())}
+    if all_reduce_sum(broken, context)["broken"]:
+        raise MiniBertError(f"training stopped at step {step}: the loss is not finite ("
+                            f"{', '.join(f'{term} {value}' for term, value in losses.items())}; learning rate "
+                            f"{learning_rate:g}); try a lower learning rate (--lr)")
+
+
+def check_finite_weights(model, step, learning_rate):
+    """Refuse to save or evaluate weights that hold NaN or infinity (a step
+    too large can make them so while the loss before it was still finite)."""
+    for name, parameter in model.named_parameters():
+        if not torch.isfinite(parameter).all():
+            raise MiniBertError(f"training stopped at step {step}: {name} holds NaN or infinite values (learning "
+                                f"rate {learning_rate:g}); try a lower learning rate (--lr); nothing was saved")
+
+
+def evaluation_line(step, eval_name, metrics):
+    """One evaluation on screen: "step 20: dev.tsv accuracy 87.50". Counts
+    are integers (masked_tokens 39,699), losses keep 4 significant digits,
+    every other figure is a percentage, with 2 decimals (f1 0.00, not f1 0)."""
+    def figure(key, value):
+        if isinstance(value, int):
+            return f"{value:,}"
+        return f"{value:.4g}" if "loss" in key else f"{value:.2f}"
+    return f"step {step}: " + ", ".join(f"{eval_name} {k} {figure(k, v)}" for k, v in metrics.items()
+                                        if isinstance(v, (int, float)))
 
 
 def train(model, batches, objective, config, context, checkpoint_path, run_config=None, evaluate=None,
@@ -220,18 +282,17 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
         if not checkpoint_path.is_file():
             raise MiniBertError(f"--resume: no checkpoint at {checkpoint_path}")
         state = load_checkpoint(checkpoint_path)
-        saved = state.get("run_config", {})
-        for key in ("model_config", "total_steps", "batch_size", "seed", "grad_accum_steps",
-                    "vocabulary_fingerprint"):
-            if run_config and key in saved and saved[key] != run_config.get(key):
-                raise MiniBertError(f"--resume: {checkpoint_path} was made with {key}={saved[key]!r}, "
-                                    f"this run has {run_config.get(key)!r}")
+        check_same_run(checkpoint_path, state.get("run_config", {}), run_config)
         try:
             model.load_state_dict(state["model"])
         except RuntimeError as e:
             raise MiniBertError(f"--resume: {checkpoint_path} does not fit this model ({str(e).splitlines()[0]})") from None
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+        try:
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+        except (KeyError, ValueError) as e:      # another optimizer's state: other fields, other groups
+            raise MiniBertError(f"--resume: {checkpoint_path} holds the state of another optimizer than this "
+                                f"run's ({type(e).__name__}: {e})") from None
         start_step = state["step"]
 
     network = model
@@ -281,6 +342,7 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
                 stats = step_stats.setdefault(term, [0.0, 0.0])
                 stats[0] = stats[0] + loss_sum.detach()
                 stats[1] = stats[1] + correct
+        check_finite(step_stats, step + 1, config.learning_rate, context)
         if config.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
@@ -299,21 +361,26 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
                       "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
             for term, (loss_sum, correct, n) in totals.items():
                 record[f"{term}_loss"] = float(loss_sum) / max(n, 1)
-                record[f"{term}_accuracy"] = float(correct) / max(n, 1)
+                record[f"{term}_accuracy"] = 100.0 * float(correct) / max(n, 1)   # percent, as every accuracy
             history.append(record)
             bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in record.items() if k != "step"})
             totals, window_start, window_tokens = {}, time.time(), 0
         out_of_time = config.max_minutes is not None and (time.time() - started) / 60 >= config.max_minutes
         if context.distributed and config.max_minutes is not None:
             out_of_time = bool(all_reduce_sum({"stop": int(out_of_time)}, context)["stop"])
-        if evaluate is not None and config.eval_every and (done % config.eval_every == 0 or done == config.total_steps or out_of_time):
+        evaluating = evaluate is not None and config.eval_every and (done % config.eval_every == 0 or
+                                                                     done == config.total_steps or out_of_time)
+        saving = context.is_main and ((config.checkpoint_every and done % config.checkpoint_every == 0)
+                                      or done == config.total_steps or out_of_time)
+        if evaluating or saving:             # evaluate() may save the model: never one with NaNs
+            check_finite_weights(model, done, config.learning_rate)
+        if evaluating:
             if context.is_main:
                 metrics = evaluate(model)
                 history.append({"step": done, **{f"heldout_{k}": v for k, v in metrics.items()}})
-                tqdm.write(f"step {done}: " + ", ".join(f"held-out {k} {v:.4g}" for k, v in metrics.items()))
+                tqdm.write(evaluation_line(done, config.eval_name, metrics))
                 summary["heldout"] = metrics
-        if context.is_main and ((config.checkpoint_every and done % config.checkpoint_every == 0)
-                                or done == config.total_steps or out_of_time):
+        if saving:
             save_checkpoint(checkpoint_path, model, optimizer, scheduler, done, run_config or {})
         if out_of_time:
             tqdm.write(f"stopping after {config.max_minutes} minutes at step {done}; resume with --resume")

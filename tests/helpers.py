@@ -37,3 +37,16 @@ def varint(n):
         n >>= 7
         if not n:
             return bytes(out)
+
+
+def error_line(code, captured):
+    """The `error:` line of a script that failed, after checking the form of
+    its output: a usage error (exit 2) is argparse's usage line, then the
+    error line; an error met while running (exit 1) is the error line alone."""
+    lines = captured.err.strip().splitlines()
+    assert code in (1, 2) and lines and lines[-1].startswith("error: "), (code, captured.err)
+    if code == 2:
+        assert lines[0].startswith("usage: "), captured.err
+    else:
+        assert len(lines) == 1, captured.err
+    return lines[-1]

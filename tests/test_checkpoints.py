@@ -602,11 +602,22 @@ def test_a_million_layers_next_to_a_three_layer_file_is_refused_at_once(tmp_path
 def test_weights_with_an_unexpected_head(tmp_path):
     original = randomize(BertModel(tiny_bert()))
     tensors = huggingface_state_dict(original)
-    tensors["classifier.weight"] = torch.zeros(3, 32)
-    tensors["classifier.bias"] = torch.zeros(3)
+    tensors["intent_head.weight"] = torch.zeros(3, 32)      # a head minibert knows nothing of
+    tensors["intent_head.bias"] = torch.zeros(3)
     write_hf_folder(tmp_path, huggingface_config(original), tensors)
     one_line_error(tmp_path, str(tmp_path / "model.safetensors"), "2 unexpected tensors",
-                   "classifier.bias", "classifier.weight")
+                   "intent_head.bias", "intent_head.weight")
+
+
+def test_a_task_head_is_skipped_by_load_pretrained_and_named_in_the_report(tmp_path):
+    original = randomize(BertModel(tiny_bert()))
+    tensors = huggingface_state_dict(original)
+    tensors["classifier.weight"] = torch.zeros(3, 32)        # BertForSequenceClassification's head
+    tensors["classifier.bias"] = torch.zeros(3)
+    write_hf_folder(tmp_path, huggingface_config(original), tensors)
+    skipped = dict(load_pretrained(tmp_path).load_report.skipped)
+    assert skipped["classifier.weight"] == "a task head: load_task_model (minibert/finetuning.py) reads it with its task"
+    assert "classifier.bias" in skipped
 
 
 def test_weights_missing_a_tensor(tmp_path):

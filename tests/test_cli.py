@@ -1,5 +1,7 @@
 """minibert.support.cli: every flag is checked when the command line is read, and a
-bad value is one `error:` line naming the flag and the allowed values, exit 1."""
+bad value is a usage error (argparse's usage line, then one `error:` line
+naming the flag and the allowed values, exit 2); an error met while running
+is one `error:` line, exit 1."""
 
 import argparse
 import os
@@ -8,7 +10,7 @@ import re
 import pytest
 
 from minibert.support import cli
-from helpers import run_script_in_process
+from helpers import error_line, run_script_in_process
 
 
 @pytest.mark.parametrize("helper,text,message", [
@@ -74,8 +76,9 @@ def test_output_types_refuse_a_folder_that_cannot_be_written(tmp_path):
         locked.chmod(0o700)
 
 
-def test_every_bad_train_mlm_flag_is_one_line_naming_the_flag(tmp_path, capsys):
-    """All refused while the command line is read: nothing is trained, made or written."""
+def test_every_bad_train_mlm_flag_is_a_usage_error_naming_the_flag(tmp_path, capsys):
+    """All refused while the command line is read (usage line, error line,
+    exit 2): nothing is trained, made or written."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("Some text.\n", encoding="utf-8")
     (tmp_path / "file").write_text("x")
@@ -114,7 +117,57 @@ def test_every_bad_train_mlm_flag_is_one_line_naming_the_flag(tmp_path, capsys):
     for extra, expected in cases:
         code, captured = run_script_in_process(capsys, "train_mlm.py", "--corpus", corpus, "--output", output,
                                                "--quiet", *extra)
-        lines = captured.err.strip().splitlines()
-        assert code == 1 and len(lines) == 1 and lines[0].startswith("error: argument "), (extra, captured.err)
-        assert expected in lines[0], (extra, lines[0])
+        assert code == 2 and error_line(code, captured).startswith("error: argument "), (extra, captured.err)
+        assert expected in error_line(code, captured), (extra, captured.err)
     assert not output.exists()
+
+
+def test_seeds_outside_what_torch_takes_are_refused():
+    assert cli.seed("0") == 0 and cli.seed(str(2**63 - 1)) == 2**63 - 1
+    for text in (str(2**63), str(2**64), "-1"):
+        message = "expected an integer in [0, 9223372036854775807]"
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+            cli.seed(text)
+
+
+def test_usage_errors_exit_2_with_the_usage_line_and_run_errors_exit_1_in_one_line(capsys):
+    from minibert.support.errors import MiniBertError
+    parser = cli.ArgumentParser(prog="tool.py")
+    parser.add_argument("--n", type=cli.positive_int, required=True)
+
+    def main(argv):
+        args = parser.parse_args(argv)
+        if args.n == 3:
+            parser.error("--n 3 does not go with the others")         # flags that do not go together
+        raise MiniBertError(f"data.txt: line {args.n}: bad\nvalue")     # a bad file, met while running
+    for argv, status, message in [(["--n", "1", "--bogus"], 2, "unrecognized arguments: --bogus"),
+                                  ([], 2, "the following arguments are required: --n"),
+                                  (["--n", "0"], 2, "argument --n: expected an integer >= 1, got 0"),
+                                  (["--n", "3"], 2, "--n 3 does not go with the others"),
+                                  (["--n", "2"], 1, "error: data.txt: line 2: bad value")]:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.run(main, argv)
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == status and message in lines[-1], (argv, lines)
+        if status == 2:
+            assert lines[0] == "usage: tool.py [-h] --n N" and lines[-1].endswith("(see tool.py --help)")
+        else:
+            assert len(lines) == 1
+
+
+def test_checked_turns_a_refused_value_into_a_usage_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    parser = cli.ArgumentParser(prog="tool.py")
+    assert cli.checked(parser, "--output", cli.output_folder, str(tmp_path / "run")) == tmp_path / "run"
+    with pytest.raises(cli.UsageError, match=re.escape(f"argument --output: {tmp_path / 'file'} is a file; expected "
+                                                       f"a folder (see tool.py --help)")):
+        cli.checked(parser, "--output", cli.output_folder, str(tmp_path / "file"))
+
+
+def test_the_name_map_command_prints_its_table_without_a_warning():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "minibert.checkpoints.name_maps", "albert"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "albert.embeddings.word_embeddings.weight" in done.stdout

@@ -100,6 +100,7 @@ def test_evaluation_json_has_finetune_metric_names(distilled, setup, tmp_path, c
     assert code == 0 and "accuracy" in captured.out
     code, _ = run_script_in_process(capsys, "finetune.py", "--model", setup / "teacher", "--eval",
                                     setup / "dev.tsv", "--json", tmp_path / "teacher.json", "--quiet")
+    assert code == 0, _.err
     ours, theirs = (json.loads((tmp_path / name).read_text()) for name in ("student.json", "teacher.json"))
     assert set(ours) == set(theirs) == {"task", "evaluated_on", "models", "accuracy"}
     assert ours["accuracy"] == pytest.approx(results["accuracy"])     # the best epoch's, read back
@@ -139,10 +140,10 @@ def test_a_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path, ca
     def distil(name, *extra):
         code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / name, *extra))
         assert code == 0, captured.err
-    distil("straight")
+    distil("straight", "--keep-checkpoint")                           # the final weights, to compare
     distil("resumed", "--max-minutes", "1e-9")                        # stops after its first step
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["step"] == 1
-    distil("resumed", "--resume")
+    distil("resumed", "--resume", "--keep-checkpoint")
     a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
     b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)
     assert a["step"] == b["step"] > 1
@@ -171,10 +172,131 @@ def test_a_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path, ca
     (lambda r, t: ["--student", r / "teacher", "--eval", r / "dev.tsv", "--predict", r / "dev.tsv"], "give one of"),
     (lambda r, t: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", t / "o", "--alpha", "2"],
      "--alpha"),
+    (lambda r, t: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", t / "o", "--seed",
+                   str(2**64)], "--seed: expected an integer in [0, 9223372036854775807]"),
+    (lambda r, t: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", r / "train.tsv"],
+     "train.tsv is a file; expected a folder"),
+    (lambda r, t: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", r / "train.tsv" / "o"],
+     "is a file, not a folder"),
+    (lambda r, t: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", "/proc/minibert-o"],
+     "cannot write in /proc"),
+    (lambda r, t: ["--student", r / "teacher", "--predict", r / "dev.tsv", "--output", t], "is a folder"),
+    (lambda r, t: ["--student", r / "teacher", "--predict", r / "dev.tsv", "--output", r / "dev.tsv" / "p"],
+     "is a file, not a folder"),
+    (lambda r, t: ["--student", r / "teacher", "--predict", r / "dev.tsv", "--output", "/proc/p.jsonl"],
+     "cannot write in /proc"),
 ])
 def test_bad_input_is_a_one_line_error(setup, tmp_path, capsys, make_args, fragment):
+    """A usage error (flags that do not go together, a flag's invalid value)
+    prints the usage line and exits with 2; a bad file is one line, exit 1."""
     code, captured = run_script_in_process(capsys, "distill.py", *make_args(setup, tmp_path), "--cache-dir",
                                            tmp_path / "cache", "--quiet")
-    assert code == 1
     lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and fragment.lower() in lines[0].lower(), captured.err
+    assert lines[-1].startswith("error:") and fragment.lower() in lines[-1].lower(), captured.err
+    if code == 2:
+        assert lines[0].startswith("usage: ") and fragment in USAGE_ERRORS, captured.err
+    else:
+        assert code == 1 and len(lines) == 1 and fragment not in USAGE_ERRORS, captured.err
+
+
+USAGE_ERRORS = {"give --teacher DIR", "would only serve --embeddings teacher", "give one of", "--alpha",
+                "--seed: expected an integer in [0, 9223372036854775807]", "train.tsv is a file; expected a folder",
+                "is a file, not a folder", "cannot write in /proc", "is a folder"}
+
+
+# ----------------------------------------------------------------------------
+# No run writes over a model or its own input; --resume refuses changed flags
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make_args,fragment", [
+    (lambda r, d: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", r / "teacher"],
+     "is the --teacher"),
+    (lambda r, d: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", r / "base"],
+     "holds a pretrained model"),
+    (lambda r, d: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", r / "ner"],
+     "holds a fine-tuned model"),
+    (lambda r, d: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", r / "ner" / "student"],
+     "lies inside the model folder"),
+    (lambda r, d: ["--student", d, "--predict", r / "dev.tsv", "--output", d / "student.json"],
+     "lies inside the --student folder"),
+    (lambda r, d: ["--student", d, "--predict", r / "dev.tsv", "--output", r / "dev.tsv"], "is the --predict"),
+])
+def test_no_output_may_write_over_a_model_or_an_input(distilled, setup, tmp_path, capsys, make_args, fragment):
+    student, _ = distilled
+    watched = [setup / "teacher" / "vocab.txt", setup / "teacher" / "model.safetensors", setup / "dev.tsv",
+               setup / "base" / "config.json", student / "student.json"]
+    before = [p.read_bytes() for p in watched]
+    code, captured = run_script_in_process(capsys, "distill.py", *make_args(setup, student), "--cache-dir",
+                                           tmp_path / "cache", "--quiet")
+    lines = captured.err.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and fragment in lines[0], captured.err
+    assert [p.read_bytes() for p in watched] == before
+
+
+def test_resume_with_a_changed_setting_names_the_flag_and_both_values(setup, tmp_path, capsys):
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--max-minutes",
+                                                                           "1e-9"))
+    assert code == 0, captured.err                   # stopped after its first step, with a checkpoint
+    changed = [(["--optimizer", "adam"], "--optimizer 'adadelta', this run has --optimizer 'adam'"),
+               (["--alpha", "0.5"], "--alpha 0.0, this run has --alpha 0.5"),
+               (["--lr", "0.5"], "--lr 1.0, this run has --lr 0.5"),
+               (["--bf16"], "--bf16 False, this run has --bf16 True"),
+               (["--teacher", setup / "other-teacher"], "--teacher")]
+    from distill_helpers import make_teacher
+    make_teacher(setup / "other-teacher", setup / "base", "sst2", seed=1)
+    for extra, message in changed:
+        code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--resume"),
+                                               *extra)
+        lines = captured.err.strip().splitlines()
+        assert code == 1 and len(lines) == 1 and message in lines[0], (extra, captured.err)
+
+
+def test_no_teacher_on_a_file_without_gold_labels_is_refused(setup, tmp_path, capsys):
+    unlabelled = tmp_path / "test.tsv"
+    unlabelled.write_text("index\tsentence\n0\ta good film\n1\tan awful film\n")
+    code, captured = run_script_in_process(capsys, "distill.py", "--task", "sst2", "--no-teacher", "--train",
+                                           unlabelled, "--output", tmp_path / "s", "--quiet")
+    lines = captured.err.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and "not every example has its gold label" in lines[0], captured.err
+    assert not (tmp_path / "s").exists()
+
+
+def test_resume_before_the_first_checkpoint_starts_from_step_0(setup, tmp_path, capsys):
+    """A run killed while writing its first checkpoint.pt leaves student.json
+    and no checkpoint: --resume starts again rather than refusing both ways."""
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--epochs", "1",
+                                                                           "--keep-checkpoint"))
+    assert code == 0, captured.err
+    (tmp_path / "s" / "checkpoint.pt").unlink()
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--epochs", "1"))
+    assert code == 1 and "already holds a distilled student" in captured.err
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--epochs", "1",
+                                                                           "--resume"))
+    assert code == 0 and "holds no checkpoint.pt yet" in captured.out, captured.err
+
+
+def test_a_finished_run_removes_its_checkpoint_unless_keep_checkpoint(setup, tmp_path, capsys):
+    for name, extra in (("removed", []), ("kept", ["--keep-checkpoint"])):
+        code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / name, *extra))
+        assert code == 0, captured.err
+        assert (tmp_path / name / "student.safetensors").is_file()
+    assert not (tmp_path / "removed" / "checkpoint.pt").exists()
+    assert torch.load(tmp_path / "kept" / "checkpoint.pt", weights_only=True)["step"] > 1
+
+
+def test_bf16_trains_under_autocast_and_writes_the_student_folder(setup, tmp_path, capsys):
+    def distil(name, *extra):
+        code, captured = run_script_in_process(capsys, "distill.py", *cli_args(
+            setup, tmp_path / name, "--cache-dir", tmp_path / "cache", "--json", tmp_path / f"{name}.json", *extra))
+        assert code == 0, captured.err
+        return captured, json.loads((tmp_path / f"{name}.json").read_text())
+    distil("float32")
+    captured, results = distil("s", "--bf16")
+    assert results["cache_hit"] is False        # the teacher's bf16 logits are not the float32 ones of the cache
+    record = json.loads((tmp_path / "s" / "student.json").read_text())
+    assert record["settings"]["bf16"] is True and 0 <= record["metrics"]["accuracy"] <= 100
+    model, _, _ = load_student(tmp_path / "s")
+    assert all(p.dtype == torch.float32 for p in model.parameters())        # weights stay float32
+    lines = [line for line in captured.out.splitlines() if line.startswith("step ")]
+    assert lines and all(" dev.tsv accuracy " in line for line in lines), captured.out

@@ -26,3 +26,18 @@ def test_counts_record_and_resume_config_of_a_run():
     assert config["model_config"] == model.config.to_dict()
     other_config = resume_config(task, settings, 540, model, other)
     assert config["vocabulary_fingerprint"] != other_config["vocabulary_fingerprint"]
+
+
+def test_resume_config_records_every_setting_that_shapes_the_run_by_flag(tmp_path):
+    task = make_task("sst2")
+    tokenizer = WordTokenizer(build_vocabulary(["a good film"]), 8)
+    model = BiLSTMClassifier(StudentConfig(tokenizer.vocab_size, 2, embedding_dim=4, hidden_size=3, fc_size=5))
+    train = tmp_path / "train.tsv"
+    train.write_text("sentence\tlabel\na good film\t1\n")
+    settings = DistillationSettings(optimizer="adam", cache_dir="somewhere").resolved(task, True)
+    record = run_record(settings, None, False, train, None, "random U(-0.25, 0.25)", 1, 1)
+    flags = resume_config(task, settings, 10, model, tokenizer, record)["settings"]
+    assert flags["--optimizer"] == "adam" and flags["--lr"] == 5e-4 and flags["--alpha"] == 0.0
+    assert flags["--no-augment"] is False and flags["--no-teacher"] is True and flags["--teacher"] is None
+    assert flags["--train"].startswith(f"{train} (29 bytes, sha256 ")
+    assert not {"--cache-dir", "--teacher-batch-size", "--eval-batch-size", "--max-minutes"} & set(flags)

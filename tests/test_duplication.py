@@ -1,6 +1,8 @@
 """duplicate.py / minibert.duplication: deeper models by duplicating layers (Kao et al. 2020)."""
 
+import importlib.util
 import json
+import sys
 
 import pytest
 import torch
@@ -8,7 +10,7 @@ import torch
 from minibert import duplication
 from minibert.checkpoints import load_pretrained
 from minibert.support.errors import MiniBertError
-from helpers import run_script, run_script_in_process
+from helpers import error_line, run_script, run_script_in_process
 from tiny_models import save_tiny_model
 
 
@@ -256,25 +258,48 @@ def test_cli_help_a_real_run_and_a_bad_index(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
-def test_cli_bad_arguments_are_one_line_errors(tmp_path, capsys):
+def test_probe_writes_both_models_as_json_in_percent_and_a_plot(tmp_path, capsys, monkeypatch):
+    save_tiny_model(tmp_path / "bert")
+    args = ("--model", tmp_path / "bert", "--duplicate", "0", "--max-sentences", 3)
+    code, captured = run_script_in_process(capsys, "duplicate.py", *args, "--output", tmp_path / "a",
+                                           "--json", tmp_path / "probe.json")
+    assert code == 1 and "--json writes the probe's results: add --probe" in captured.err
+    code, captured = run_script_in_process(capsys, "duplicate.py", *args, "--output", tmp_path / "a", "--probe",
+                                           "--json", tmp_path / "probe.json")
+    assert code == 0, captured.err
+    values = json.loads((tmp_path / "probe.json").read_text())
+    assert [len(values[name]["layers"]) for name in ("original", "deeper")] == [4, 5]
+    top1 = [layer["top1_percent"] for layer in values["deeper"]["layers"]]
+    assert top1[0] == pytest.approx(values["original"]["layers"][0]["top1_percent"])   # the same embeddings
+    assert max(top1) > 1.0 and all(0.0 <= v <= 100.0 for v in top1)                    # percent, not fractions
+    if importlib.util.find_spec("matplotlib") is not None:
+        code, captured = run_script_in_process(capsys, "duplicate.py", *args, "--output", tmp_path / "b", "--probe",
+                                               "--plot", tmp_path / "probe.png")
+        assert code == 0 and (tmp_path / "probe.png").read_bytes()[:4] == b"\x89PNG"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)                # as if it were not installed
+    code, captured = run_script_in_process(capsys, "duplicate.py", *args, "--output", tmp_path / "c", "--probe",
+                                           "--plot", tmp_path / "c.png")
+    assert code == 1 and "needs matplotlib" in captured.err and not (tmp_path / "c").exists()   # before the run
+
+
+def test_cli_bad_arguments_are_usage_errors_or_one_line_errors(tmp_path, capsys):
     save_tiny_model(tmp_path / "bert")
     save_tiny_model(tmp_path / "albert", model_type="albert")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     out = tmp_path / "out"
-    for args, expected in [
-        (("--model", tmp_path / "bert", "--duplicate", "0", "--order", "0,0", "--output", out), "not allowed with"),
-        (("--model", tmp_path / "bert", "--order", "", "--output", out), "--order: empty"),
-        (("--model", tmp_path / "bert", "--order", "0,3", "--output", out), "index 3 is out of range"),
-        (("--model", tmp_path / "bert", "--repeat", "2", "--output", out), "--repeat: this is a BERT"),
-        (("--model", tmp_path / "albert", "--duplicate", "0", "--output", out), "ALBERT"),
-        (("--model", tmp_path / "albert", "--repeat", "1", "--tied", "--output", out), "--tied"),
-        (("--model", tmp_path / "bert", "--duplicate", "0", "--output", tmp_path / "full"), "--force"),
-        (("--model", tmp_path / "bert", "--duplicate", "0"), "--output"),
+    for args, status, expected in [     # usage errors exit with 2, errors met while running with 1
+        (("--model", tmp_path / "bert", "--duplicate", "0", "--order", "0,0", "--output", out), 2, "not allowed with"),
+        (("--model", tmp_path / "bert", "--order", "", "--output", out), 1, "--order: empty"),
+        (("--model", tmp_path / "bert", "--order", "0,3", "--output", out), 1, "index 3 is out of range"),
+        (("--model", tmp_path / "bert", "--repeat", "2", "--output", out), 1, "--repeat: this is a BERT"),
+        (("--model", tmp_path / "albert", "--duplicate", "0", "--output", out), 1, "ALBERT"),
+        (("--model", tmp_path / "albert", "--repeat", "1", "--tied", "--output", out), 1, "--tied"),
+        (("--model", tmp_path / "bert", "--duplicate", "0", "--output", tmp_path / "full"), 1, "--force"),
+        (("--model", tmp_path / "bert", "--duplicate", "0"), 2, "--output"),
     ]:
         code, captured = run_script_in_process(capsys, "duplicate.py", *args)
-        lines = captured.err.strip().splitlines()
-        assert code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], captured.err
+        assert code == status and expected in error_line(code, captured), (args, captured.err)
     code, captured = run_script_in_process(capsys, "duplicate.py", "--model", tmp_path / "albert", "--repeat", "2",
                                            "--output", out)
     assert code == 0 and "5 layers (from 3)" in captured.out
@@ -298,9 +323,8 @@ def test_output_is_never_the_source_folder_nor_inside_or_around_it_even_with_for
                            (("--duplicate", "0", "--max-sentences", "0"), "--max-sentences: expected an integer >= 1")]:
         code, captured = run_script_in_process(capsys, "duplicate.py", "--model", source, "--output",
                                                tmp_path / "out", *args)
-        lines = captured.err.strip().splitlines()
-        assert code == 1 and len(lines) == 1 and expected in lines[0], captured.err
+        assert code == 2 and expected in error_line(code, captured), captured.err
     code, captured = run_script_in_process(capsys, "duplicate.py", "--model", source, "--duplicate", "0",
                                            "--output", tmp_path / "file")
-    assert code == 1 and "--output: " + str(tmp_path / "file") + " is a file" in captured.err
+    assert code == 2 and "--output: " + str(tmp_path / "file") + " is a file" in error_line(code, captured)
 

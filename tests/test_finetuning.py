@@ -5,6 +5,7 @@ folder, ensembles and resume. (finetune.py's command line: test_finetune.py.)"""
 
 import copy
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,7 +215,8 @@ def test_fine_tuning_learns_the_toy_task_and_keeps_the_best_epoch(tuned):
     assert summary["best"]["accuracy"] == max(accuracies)
     record = json.loads((folder / "task.json").read_text())
     assert record["task"] == "sst2" and record["labels"] == ["0", "1"] and record["metrics"]["accuracy"] == max(accuracies)
-    assert {"config.json", "model.safetensors", "vocab.txt", "head.safetensors"} <= {p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "vocab.txt", "task.json"} <= {p.name for p in folder.iterdir()}
+    assert not (folder / "head.safetensors").exists()                  # the head is in model.safetensors
 
 
 def test_a_checkpoint_without_pooler_gets_a_fresh_one_named_in_the_load_report(setup):
@@ -239,13 +241,27 @@ def test_the_saved_folder_loads_back_to_the_same_outputs(tuned, setup):
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+def test_a_folder_whose_vocabulary_was_replaced_does_not_load(tuned, tmp_path):
+    """load_task_model checks the tokenizer against task.json's fingerprint, so
+    every reader of a fine-tuned folder (predict, an ensemble, distill.py's
+    teacher) refuses another vocabulary, even one of the same size."""
+    import shutil
+    folder, _ = tuned
+    copy = Path(shutil.copytree(folder, tmp_path / "copy"))
+    tokens = (copy / "vocab.txt").read_text().splitlines()
+    tokens[-1], tokens[-2] = tokens[-2], tokens[-1]              # the same size, two ids swapped
+    (copy / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    with pytest.raises(MiniBertError, match="are not the vocabulary it was fine-tuned with"):
+        finetuning.load_task_model(copy, make_task)
+
+
 def test_a_head_of_another_shape_or_a_plain_folder_is_a_one_line_error(tuned, setup, tmp_path):
     folder, _ = tuned
     root, _, _ = setup
     with pytest.raises(MiniBertError, match="not a fine-tuned model folder"):
         finetuning.read_task_record(root / "base")
-    with pytest.raises(MiniBertError, match=r"head.safetensors: does not fit the sst2 head with 3 labels "
-                                           r"\(size mismatch for classifier.weight"):
+    with pytest.raises(MiniBertError, match=r"model.safetensors: does not fit the sst2 head with 3 labels "
+                                           r"\(classifier.weight has shape \[2, 32\], the head needs \[3, 32\]\)"):
         finetuning.load_task_model(folder, lambda name, labels, settings: make_task("snli"))
 
 
@@ -264,10 +280,10 @@ def test_an_ensemble_of_two_averages_the_members_probabilities(tuned, setup):
 
 
 def test_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path):
-    straight = tune(setup, tmp_path / "straight", epochs=1)
+    straight = tune(setup, tmp_path / "straight", epochs=1, keep_checkpoint=True)
     tune(setup, tmp_path / "resumed", epochs=1, max_minutes=1e-9)         # stops after its first step
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["step"] == 1
-    tune(setup, tmp_path / "resumed", epochs=1, resume=True)
+    tune(setup, tmp_path / "resumed", epochs=1, resume=True, keep_checkpoint=True)
     a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["model"]
     assert straight["end_step"] == 20

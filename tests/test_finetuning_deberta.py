@@ -129,7 +129,8 @@ def test_two_gloo_processes_fine_tune_a_deberta_like_one_process(setup, tmp_path
     _, train, dev = setup
     base = write_base(tmp_path / "base", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     args = ["--task", "sst2", "--model", base, "--train", train, "--eval", dev, "--max-steps", "3",
-            "--batch-size", "16", "--max-seq-len", "32", "--lr", "3e-3", "--seed", "2", "--device", "cpu", "--quiet"]
+            "--batch-size", "16", "--max-seq-len", "32", "--lr", "3e-3", "--seed", "2", "--device", "cpu", "--quiet",
+            "--keep-checkpoint"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     runs = {"one": [sys.executable, str(REPO / "finetune.py")],
             "two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

@@ -1,14 +1,22 @@
 """minibert/support/folders.py: weights as safetensors and a JSON record,
-written atomically, read back with one-line errors."""
+written atomically, read back with one-line errors; a model folder written
+as one unit, so that a writer killed at any point leaves one whole folder
+(the old or the new) with the run's checkpoint, and its leftovers are put
+right by the next run."""
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 import torch.nn as nn
 
 from minibert.support.errors import MiniBertError
-from minibert.support.folders import load_weights, read_record, save_weights, write_record
+from minibert.support.folders import (load_weights, read_record, recover_folder, save_weights, write_folder,
+                                      write_record)
 
 
 def test_weights_round_trip_exactly(tmp_path):
@@ -30,6 +38,13 @@ def test_weights_of_another_shape_name_the_file_what_and_the_tensor(tmp_path):
                               f"for weight")
 
 
+def test_integer_weights_are_refused_not_cast(tmp_path):
+    from minibert.checkpoints.safetensors import save_safetensors
+    save_safetensors({"weight": torch.ones(3, 4, dtype=torch.int64), "bias": torch.zeros(3)}, tmp_path / "w.safetensors")
+    with pytest.raises(MiniBertError, match=r"w.safetensors: tensor 'weight' has dtype int64; expected a floating"):
+        load_weights(nn.Linear(4, 3), tmp_path / "w.safetensors", "a 4 -> 3 layer")
+
+
 def test_a_record_round_trips_and_a_missing_file_or_field_is_one_line(tmp_path):
     write_record(tmp_path, "task.json", {"task": "sst2", "max_seq_len": 32})
     assert json.loads((tmp_path / "task.json").read_text()) == {"task": "sst2", "max_seq_len": 32}
@@ -38,3 +53,147 @@ def test_a_record_round_trips_and_a_missing_file_or_field_is_one_line(tmp_path):
         read_record(tmp_path, "task.json", required=("task", "labels"))
     with pytest.raises(MiniBertError, match=r": no student.json \(not a student folder\)$"):
         read_record(tmp_path, "student.json", missing_hint="not a student folder")
+
+
+# ----------------------------------------------------------------------------
+# A model folder written as one unit
+# ----------------------------------------------------------------------------
+
+
+def write_files(**files):
+    """A write_into that writes these files (name=text)."""
+    def write_into(staging):
+        for name, text in files.items():
+            (staging / name.replace("_", ".")).write_text(text)
+    return write_into
+
+
+def dead_pid():
+    """The id of a process that has ended."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_new_folder_replaces_the_old_one_whole_and_keeps_its_other_files(tmp_path):
+    folder = tmp_path / "run"
+    write_folder(folder, write_files(model_safetensors="epoch 1", task_json="1", head_safetensors="old head"))
+    (folder / "checkpoint.pt").write_text("the run's checkpoint")
+    write_folder(folder, write_files(model_safetensors="epoch 2", task_json="2"), leave_behind=("head.safetensors",))
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {
+        "model.safetensors": "epoch 2", "task.json": "2", "checkpoint.pt": "the run's checkpoint"}
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]                 # nothing left beside it
+
+
+def test_a_write_that_fails_leaves_the_old_folder_as_it_was(tmp_path):
+    folder = tmp_path / "run"
+    write_folder(folder, write_files(model_safetensors="epoch 1", task_json="1"))
+
+    def fail_half_way(staging):
+        (staging / "model.safetensors").write_text("epoch 2")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        write_folder(folder, fail_half_way)
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {"model.safetensors": "epoch 1", "task.json": "1"}
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_the_working_directory_or_a_file_is_refused_as_a_model_folder(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(MiniBertError, match=r"file: is a file, not a folder$"):
+        write_folder(tmp_path / "file", write_files())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MiniBertError, match=r"holds the current working directory"):
+        write_folder(".", write_files())
+
+
+def test_leftovers_of_a_dead_writer_are_put_right_and_a_live_one_is_left_alone(tmp_path):
+    folder, dead, live = tmp_path / "run", dead_pid(), os.getpid()
+    folder.mkdir()
+    (folder / "task.json").write_text("1")
+    (folder / f".model.safetensors.{dead}.00ff.tmp").write_text("half a file")
+    (folder / f".checkpoint.pt.{live}.00ff.tmp").write_text("being written now")
+    (tmp_path / f".run.{dead}.0a0b.tmp").mkdir()                            # a new folder, half written
+    (tmp_path / f".run.{dead}.0a0b.tmp" / "model.safetensors").write_text("epoch 2")
+    assert recover_folder(folder) == [f".run.{dead}.0a0b.tmp", f"run/.model.safetensors.{dead}.00ff.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in folder.iterdir()) == [f".checkpoint.pt.{live}.00ff.tmp", "task.json"]
+
+
+def test_an_old_folder_renamed_away_comes_back_or_gives_its_other_files_to_the_new_one(tmp_path):
+    folder, dead = tmp_path / "run", dead_pid()
+    old = tmp_path / f".run.{dead}.0a0b.old"
+    old.mkdir()
+    (old / "task.json").write_text("1")
+    (old / "checkpoint.pt").write_text("checkpoint")
+    recover_folder(folder)                                # killed between the two renames: the old one is back
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {"task.json": "1", "checkpoint.pt": "checkpoint"}
+    os.rename(folder, old)
+    folder.mkdir()
+    (folder / "task.json").write_text("2")
+    recover_folder(folder)                                # killed after the new one arrived: it keeps the checkpoint
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {"task.json": "2", "checkpoint.pt": "checkpoint"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from minibert.support import folders
+    folder, kill_at = Path(sys.argv[1]), sys.argv[2]
+    replaced = []
+
+    def replace(source, target):            # os.replace, with a kill before the chosen rename
+        if len(replaced) == {"before the old folder moves": 0, "between the two renames": 1}.get(kill_at):
+            os.kill(os.getpid(), signal.SIGKILL)
+        replaced.append(target)
+        real_replace(source, target)
+
+    def write_into(staging):
+        (staging / "model.safetensors").write_text("epoch 2")
+        if kill_at == "while writing":
+            os.kill(os.getpid(), signal.SIGKILL)
+        (staging / "task.json").write_text("2")
+
+    real_replace, folders.os.replace = os.replace, replace
+    if kill_at == "before the checkpoint is carried over":
+        folders.carry_over = lambda old, new, leave_behind=(): os.kill(os.getpid(), signal.SIGKILL)
+    folders.write_folder(folder, write_into)
+""")
+
+
+@pytest.mark.parametrize("kill_at, survivor", [("while writing", "1"), ("before the old folder moves", "1"),
+                                               ("between the two renames", "1"),
+                                               ("before the checkpoint is carried over", "2")])
+def test_a_writer_killed_at_any_point_leaves_one_whole_folder_and_its_checkpoint(tmp_path, kill_at, survivor):
+    folder = tmp_path / "run"
+    write_folder(folder, write_files(model_safetensors="epoch 1", task_json="1"))
+    (folder / "checkpoint.pt").write_text("checkpoint")
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(folder), kill_at], capture_output=True)
+    assert killed.returncode == -9, killed.stderr.decode()
+    recover_folder(folder)                                                 # what the next run does first
+    epoch = {"1": "epoch 1", "2": "epoch 2"}[survivor]
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {
+        "model.safetensors": epoch, "task.json": survivor, "checkpoint.pt": "checkpoint"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_link_to_a_folder_keeps_pointing_at_the_new_folder(tmp_path):
+    write_folder(tmp_path / "real", write_files(task_json="1"))
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    write_folder(tmp_path / "link", write_files(task_json="2"))
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "link" / "task.json").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_a_folder_that_cannot_be_written_is_a_one_line_error(tmp_path):
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked").chmod(0o500)
+    try:
+        if os.access(tmp_path / "locked", os.W_OK):
+            pytest.skip("running as a user who may write anywhere")
+        with pytest.raises(MiniBertError, match=r"locked/run: cannot write a folder here \(Permission denied\)$"):
+            write_folder(tmp_path / "locked" / "run", write_files(task_json="1"))
+    finally:
+        (tmp_path / "locked").chmod(0o700)

@@ -84,7 +84,7 @@ def test_sparse_head_gives_the_same_loss_and_gradients_as_the_full_vocabulary_he
 
 def run_pretrain(files, tokenizer, output, steps, **kwargs):
     settings = dict(batch_size=8, learning_rate=3e-3, warmup_steps=2, eval_every=0, checkpoint_every=0,
-                    max_seq_len=32, seed=3, progress=False, device="cpu")
+                    max_seq_len=32, seed=3, progress=False, device="cpu", keep_checkpoint=True)
     settings.update(kwargs)
     return pretrain(files, output, tiny_config(tokenizer.vocab_size), tokenizer, steps=steps, **settings)
 
@@ -120,7 +120,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(corpus_
             "--heads", "2", "--intermediate", "64", "--dropout", "0", "--steps", "6", "--batch-size", "8",
             "--max-seq-len", "32", "--lr", "3e-3", "--warmup", "2", "--pair-objective", "nsp", "--seed", "5",
             "--device", "cpu", "--quiet", "--eval-every", "0", "--checkpoint-every", "0",
-            "--cache-dir", str(tmp_path / "cache")]
+            "--cache-dir", str(tmp_path / "cache"), "--keep-checkpoint"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, str(REPO / "train_mlm.py"), *args, "--output", str(tmp_path / "one")],
                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
@@ -165,7 +165,7 @@ def test_bundled_model_predicts_masked_tokens_of_a_held_out_book(tmp_path):
                              seed=1, pair_objective="none", mask_prob=0.15, whole_word=False, progress=False)
     metrics = evaluate_mlm(load_pretrained(), batches, num_batches=4, device="cpu")
     assert metrics["masked_tokens"] > 500
-    assert 0.40 < metrics["masked_accuracy"] < 0.70
+    assert 40 < metrics["masked_accuracy"] < 70          # percent
 
 
 def test_vocab_config_mismatch_and_incompatible_resume_are_clear_errors(corpus_and_tokenizer, tmp_path):
@@ -253,7 +253,7 @@ def test_resume_without_a_checkpoint_starts_from_step_0_and_says_so(tmp_path, ca
     files = write_corpus(tmp_path / "corpus")
     run = tmp_path / "run"
     (run / "cache").mkdir(parents=True)          # all a run killed before its first checkpoint leaves
-    code, out, err = train_mlm(capsys, files, run, "--steps", "2", "--resume")
+    code, out, err = train_mlm(capsys, files, run, "--steps", "2", "--resume", "--keep-checkpoint")
     assert code == 0, err
     assert [line for line in out.splitlines() if "no checkpoint" in line] == [
         f"--resume: {run} holds no checkpoint yet (the run stopped before its first one); starting from step 0"]
@@ -273,7 +273,7 @@ def test_resume_uses_the_vocabulary_stored_in_the_checkpoint(tmp_path, capsys):
     code, _, err = train_mlm(capsys, files, run, "--steps", "4", "--resume", "--vocab", tmp_path / "vocab.txt")
     assert code == 1 and len(err) == 1 and "is not the vocabulary" in err[0], err
     (run / "vocab.txt").write_bytes((tmp_path / "vocab.txt").read_bytes())   # changed since the checkpoint
-    code, _, err = train_mlm(capsys, files, run, "--steps", "4", "--resume")
+    code, _, err = train_mlm(capsys, files, run, "--steps", "4", "--resume", "--keep-checkpoint")
     assert code == 0, err
     state = load_checkpoint(run / "checkpoint.pt")
     assert state["step"] == 4
@@ -294,3 +294,48 @@ def test_a_failed_run_never_touches_the_model_in_its_output_folder(tmp_path, cap
     assert code == 1 and len(err) == 1 and "fewer than one batch of 100000" in err[0], err
     assert {p.name: p.read_bytes() for p in model.iterdir() if p.name != "cache"} == before
 
+
+
+def test_a_finished_run_removes_its_checkpoint_and_a_stopped_one_keeps_it(corpus_and_tokenizer, tmp_path):
+    files, tokenizer = corpus_and_tokenizer
+    run_pretrain(files, tokenizer, tmp_path / "done", steps=2, keep_checkpoint=False)
+    assert (tmp_path / "done" / "model.safetensors").is_file() and not (tmp_path / "done" / "checkpoint.pt").exists()
+    run_pretrain(files, tokenizer, tmp_path / "stopped", steps=4, max_minutes=0.0, keep_checkpoint=False)
+    assert load_checkpoint(tmp_path / "stopped" / "checkpoint.pt")["step"] == 1      # kept, to --resume
+
+
+def test_held_out_evaluation_reports_percent_and_integer_counts(corpus_and_tokenizer, tmp_path):
+    files, tokenizer = corpus_and_tokenizer
+    heldout = write_corpus(tmp_path / "heldout", documents=30)          # at least one held-out batch of 64
+    summary = run_pretrain(files, tokenizer, tmp_path / "run", steps=20, heldout=heldout, eval_every=10,
+                           eval_batches=2)
+    heldout = [h for h in summary["history"] if "heldout_masked_accuracy" in h]
+    assert [h["step"] for h in heldout] == [10, 20]
+    assert isinstance(summary["heldout"]["masked_tokens"], int) and summary["heldout"]["masked_tokens"] > 0
+    assert 1.0 < summary["heldout"]["masked_accuracy"] <= 100.0                   # percent, not a fraction
+    trained = [h for h in summary["history"] if "mlm_accuracy" in h]
+    assert trained[-1]["mlm_accuracy"] > 1.0                                      # percent too
+
+
+def test_train_mlm_prints_one_vocabulary_line_and_percent_and_plots(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install -e .[plot])")
+    files = write_corpus(tmp_path / "corpus")
+    write_corpus(tmp_path / "heldout", documents=30)
+    code, out, err = train_mlm(capsys, files, tmp_path / "run", "--steps", "2", "--heldout-corpus",
+                               tmp_path / "heldout", "--eval-every", "1", "--eval-batches", "1",
+                               "--plot", tmp_path / "curves.png")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "" not in lines[:3]                                 # no blank lines left by the vocabulary trainer
+    assert lines[0].startswith("training a ") and lines[1].startswith("vocabulary: ")
+    assert any(line.startswith("held-out masked-token accuracy ") and "%" in line for line in lines)
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_train_mlm_without_matplotlib_refuses_plot_before_the_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)          # as if it were not installed
+    files = write_corpus(tmp_path / "corpus")
+    code, out, err = train_mlm(capsys, files, tmp_path / "run", "--plot", tmp_path / "curves.png")
+    assert code == 1 and len(err) == 1 and "matplotlib" in err[0] and "pip install" in err[0], err
+    assert not (tmp_path / "run").exists() and "vocabulary" not in out   # nothing was trained

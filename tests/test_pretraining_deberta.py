@@ -79,7 +79,7 @@ def test_resumed_deberta_run_ends_with_the_same_weights_as_an_uninterrupted_one(
     tokenizer = train_wordpiece(corpus, vocab_size=200, do_lower_case=True)
     config = tiny_deberta_config(tokenizer.vocab_size)        # dropout 0.1: its generator is resumed too
     settings = dict(batch_size=8, grad_accum_steps=2, steps=8, learning_rate=3e-3, warmup_steps=2, eval_every=0,
-                    checkpoint_every=0, max_seq_len=32, seed=3, progress=False, device="cpu")
+                    checkpoint_every=0, max_seq_len=32, seed=3, progress=False, device="cpu", keep_checkpoint=True)
     monkeypatch.setattr("minibert.pretraining.save_model_folder", lambda *args: None)   # weights: checkpoint.pt
     pretrain(corpus, tmp_path / "straight", config, tokenizer, **settings)
     # A first process stops after its first step (its schedule still planned for 8), a second resumes.
@@ -129,7 +129,8 @@ def test_arch_deberta_refuses_bert_only_flags_in_one_line(corpus, tmp_path, caps
              (["--position-buckets", "1200"], "--position-buckets: 1200")]
     for extra, phrase in cases:
         code, _, err = train_mlm(capsys, "--corpus", *corpus, "--output", tmp_path / "o", *TINY_FLAGS, *extra)
-        assert code == 1 and len(err) == 1 and err[0].startswith("error: argument") and phrase in err[0], err
+        assert code == 2 and err[0].startswith("usage: "), err        # a usage error
+        assert err[-1].startswith("error: argument") and phrase in err[-1], err
     bert_config = tmp_path / "config.json"
     bert_config.write_text(json.dumps({"model_type": "bert", "vocab_size": 200, "hidden_size": 32,
                                        "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}))
@@ -147,7 +148,7 @@ def test_pair_objective_auto_means_mlm_only_for_a_deberta_config_file(corpus, tm
     monkeypatch.setattr("minibert.pretraining.save_model_folder", lambda *args: None)
     flags = [f for f in TINY_FLAGS if f not in ("--arch", "deberta")]
     code, _, err = train_mlm(capsys, "--corpus", *corpus, "--output", tmp_path / "run", *flags, "--steps", "1",
-                             "--config", config_file, "--pair-objective", "auto")
+                             "--config", config_file, "--pair-objective", "auto", "--keep-checkpoint")
     assert code == 0, err
     state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert state["run_config"]["pair_objective"] == "none"
@@ -158,7 +159,8 @@ def test_pair_objective_auto_means_mlm_only_for_a_deberta_config_file(corpus, tm
 def test_saved_deberta_folder_loads_back_with_the_trained_weights(corpus, tmp_path, capsys):
     from minibert.checkpoints import load_pretrained
     run = tmp_path / "run"
-    code, _, err = train_mlm(capsys, "--corpus", *corpus, "--output", run, *TINY_FLAGS, "--steps", "2")
+    code, _, err = train_mlm(capsys, "--corpus", *corpus, "--output", run, *TINY_FLAGS, "--steps", "2",
+                             "--keep-checkpoint")
     assert code == 0, err
     model = load_pretrained(run)
     assert isinstance(model, DebertaModel) and model.uses_emd

@@ -16,7 +16,7 @@ from minibert.checkpoints import load_pretrained
 from minibert.support.errors import MiniBertError
 from minibert.model import BertModel, MaskedLMHead
 from minibert.tokenization import load_tokenizer
-from helpers import run_script, run_script_in_process
+from helpers import error_line, run_script, run_script_in_process
 from tiny_models import SENTENCES, save_tiny_model, tiny_config, write_vocab
 
 
@@ -143,6 +143,9 @@ def test_outputs_table_bars_examples_json_and_plot(tmp_path):
     probing.save_json(result, tmp_path / "probe.json")
     values = json.loads((tmp_path / "probe.json").read_text())
     assert [layer["layer"] for layer in values["layers"]] == [0, 1, 2, 3] and values["masked"]["mask_prob"] == 0.2
+    # accuracies in percent, as every script reports them, and named so
+    assert [layer["top1_percent"] for layer in values["layers"]] == [100 * r.top1 for r in result.layers]
+    assert values["masked"]["top5_percent"] == 100 * result.masked["top5"] and "top1" not in values["layers"][0]
     pytest.importorskip("matplotlib")
     probing.save_plot({"tiny": result}, tmp_path / "probe.png")
     assert (tmp_path / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -207,22 +210,21 @@ def test_cli_help_and_a_real_run_fitting_a_head(tmp_path):
     assert len(json.loads((tmp_path / "out.json").read_text())["layers"]) == 4
 
 
-def test_cli_errors_are_one_line_and_exit_1(tmp_path, capsys):
+def test_cli_usage_errors_exit_2_and_run_errors_are_one_line_and_exit_1(tmp_path, capsys):
     save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_pair_head=False)
     run = run_script("probe.py", "--model", tmp_path / "bare")
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: ") and "no MLM head" in run.stderr
-    for args, expected in [(("--model", tmp_path / "bare", "--mask-prob", "1.5"),
-                            "--mask-prob: expected a probability in (0, 1], got 1.5"),
-                           (("--model", tmp_path / "bare", "--batch-size", "0"),
-                            "--batch-size: expected an integer >= 1, got 0"),
-                           (("--model", tmp_path / "bare", "--device", "bogus"), "--device: 'bogus': expected auto"),
-                           (("--model", tmp_path / "bare", "--json", tmp_path), "is a folder"),
-                           (("--model", tmp_path / "bare", "--fit-lr", "nan"), "--fit-lr: expected a number > 0"),
-                           (("--model", tmp_path / "bare", "--fit-head", tmp_path / "none.txt"), "none.txt"),
-                           (("--model", tmp_path / "nowhere"), "nowhere"),
-                           (("--text", tmp_path / "none.txt"), "none.txt: file not found"),
-                           (("--no-such-flag",), "unrecognized arguments")]:
+    for args, status, expected in [
+            (("--model", tmp_path / "bare", "--mask-prob", "1.5"), 2,
+             "--mask-prob: expected a probability in (0, 1], got 1.5"),
+            (("--model", tmp_path / "bare", "--batch-size", "0"), 2, "--batch-size: expected an integer >= 1, got 0"),
+            (("--model", tmp_path / "bare", "--device", "bogus"), 2, "--device: 'bogus': expected auto"),
+            (("--model", tmp_path / "bare", "--json", tmp_path), 2, "is a folder"),
+            (("--model", tmp_path / "bare", "--fit-lr", "nan"), 2, "--fit-lr: expected a number > 0"),
+            (("--model", tmp_path / "bare", "--fit-head", tmp_path / "none.txt"), 1, "none.txt"),
+            (("--model", tmp_path / "nowhere"), 1, "nowhere"),
+            (("--text", tmp_path / "none.txt"), 1, "none.txt: file not found"),
+            (("--no-such-flag",), 2, "unrecognized arguments")]:
         code, captured = run_script_in_process(capsys, "probe.py", *args)
-        lines = captured.err.strip().splitlines()
-        assert code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], captured.err
+        assert code == status and expected in error_line(code, captured), (args, captured.err)

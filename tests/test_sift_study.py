@@ -11,7 +11,6 @@ import torch
 
 from helpers import REPO, run_script_in_process
 from minibert.checkpoints import save_pretrained
-from minibert.finetuning import HEAD_FILE
 from minibert.model import BertModel
 from tiny_models import (FILLER, NEGATIVE, POSITIVE, make_readable, sentiment_rows, tiny_config, write_sst2,
                          write_vocab)
@@ -80,7 +79,7 @@ def test_the_study_runs_both_variants_on_every_seed_reports_the_paired_differenc
             else:
                 assert "sift" not in record
     for seed in (0, 1):                  # same seed, same start and batches: only SiFT made the weights differ
-        heads = [(work / "runs" / f"{name}-seed{seed}" / HEAD_FILE).read_bytes() for name in ("plain", "sift")]
+        heads = [(work / "runs" / f"{name}-seed{seed}" / "model.safetensors").read_bytes() for name in ("plain", "sift")]
         assert heads[0] != heads[1]
 
     # one line per run, then the table: both variants and the paired difference
@@ -149,7 +148,7 @@ def test_one_seed_and_a_negative_sift_setting_are_refused(setup, capsys, tmp_pat
     assert code == 1 and "at least 2 distinct seeds" in captured.err
     code, captured = run_script_in_process(capsys, SCRIPT, *study_args(setup, tmp_path / "study"),
                                            "--sift-step-size", "-1")
-    assert code == 1 and "--sift-step-size" in captured.err
+    assert code == 2 and "--sift-step-size" in captured.err          # a usage error
     assert not (tmp_path / "study").exists()
 
 

@@ -1,6 +1,7 @@
 """minibert/support/student_folder.py: a student folder written and read back
 gives the same logits, folders written when the student's LSTM was called
-`encoder` still load, and a damaged folder is a one-line error."""
+`encoder` still load, a damaged folder is a one-line error, a folder is
+replaced whole, and the plain-torch loader docs/formats.md gives reads it."""
 
 import json
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from distill_helpers import make_distillation_data, one_thread
+from helpers import REPO
 from minibert import distillation
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.distillation import collate_student, student_features, student_logits
@@ -39,9 +41,9 @@ def saved_student(folder, task_name="sst2", tokenizer=None):
     return model, tokenizer
 
 
-def logits_of(model, task, tokenizer):
+def logits_of(model, task, tokenizer, examples=EXAMPLES):
     with torch.no_grad():
-        return student_logits(model, collate_student(student_features(task, EXAMPLES, tokenizer), tokenizer.pad_id))
+        return student_logits(model, collate_student(student_features(task, examples, tokenizer), tokenizer.pad_id))
 
 
 def test_a_saved_student_loads_back_with_identical_logits(setup, tmp_path):
@@ -88,3 +90,44 @@ def test_a_damaged_student_folder_is_a_one_line_error(tmp_path):
         load_student(tmp_path)
     with pytest.raises(MiniBertError, match="not a distill.py student folder"):
         load_student(tmp_path / "absent")
+
+
+def formats_md_student_loader():
+    """The plain-torch loader of docs/formats.md 7.4, run as the documentation gives it."""
+    text = (REPO / "docs" / "formats.md").read_text(encoding="utf-8")
+    section = text[text.index("### 7.4 Loading a student with plain torch"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+    namespace = {}
+    exec(compile(code, "docs/formats.md 7.4", "exec"), namespace)
+    return namespace["load_student"]
+
+
+@pytest.mark.parametrize("task_name, pooling", [("sst2", "final"), ("mnli", "max")])
+def test_the_documented_plain_torch_loader_gives_minibert_logits(tmp_path, task_name, pooling):
+    sentences = ["A good film!", "a bad plot , and an unknown word", "good"]
+    seconds = ["bad", "a good plot", "the film , the film , the film"]
+    tokenizer = WordTokenizer(build_vocabulary(sentences[:1] + seconds), 6)    # unknown words; 6: some are cut
+    torch.manual_seed(0)
+    task = make_task(task_name)
+    config = StudentConfig(tokenizer.vocab_size, len(task.labels), embedding_dim=8, hidden_size=4, fc_size=6,
+                           pair=task_name != "sst2", pooling=pooling, padding_id=tokenizer.pad_id)
+    save_student(BiLSTMClassifier(config).eval(), tokenizer, task, tmp_path, {"note": "test"})
+
+    student, encode, labels = formats_md_student_loader()(tmp_path)
+    with torch.no_grad():
+        plain = student(*encode(sentences), *(encode(seconds) if config.pair else ()))
+    model, loaded_tokenizer, loaded_task = load_student(tmp_path)
+    examples = [ClassificationExample(a, b if config.pair else None, task.labels[0], None, i)
+                for i, (a, b) in enumerate(zip(sentences, seconds))]
+    assert labels == loaded_task.labels
+    assert torch.allclose(plain, logits_of(model, loaded_task, loaded_tokenizer, examples), atol=1e-6)
+
+
+def test_a_student_saved_again_replaces_the_folder_whole_and_keeps_the_checkpoint(tmp_path):
+    saved_student(tmp_path / "run")
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"the run's checkpoint")
+    model, _ = saved_student(tmp_path / "run", "mrpc")
+    assert json.loads((tmp_path / "run" / "student.json").read_text())["task"] == "mrpc"
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == b"the run's checkpoint"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]                 # no temporary folder left
+    assert torch.equal(load_student(tmp_path / "run")[0].fc1.weight, model.fc1.weight)

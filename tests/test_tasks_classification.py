@@ -123,10 +123,18 @@ def test_metrics_are_accuracy_and_for_mrpc_the_f1_of_class_1():
         ClassificationTask("sst2").metrics([example("a")], [("1", None)])
 
 
-def test_predictions_file_is_jsonl_with_ids_when_the_data_has_them(tmp_path):
+def test_predictions_file_is_jsonl_with_ids_or_a_glue_tsv_by_its_suffix(tmp_path):
     task = ClassificationTask("qqp")
     examples = [ClassificationExample("a", "b", None, "q7", 2), example("c", "d")]
     predictions = [("1", np.array([0.25, 0.75])), ("0", np.array([0.9, 0.1]))]
     task.write_predictions(examples, predictions, tmp_path / "p.jsonl")
     lines = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert lines == [{"id": "q7", "label": "1", "probs": [0.25, 0.75]}, {"label": "0", "probs": [0.9, 0.1]}]
+    written = task.write_predictions(examples, predictions, tmp_path / "QQP.tsv")   # GLUE's submission format
+    assert written == [tmp_path / "QQP.tsv"]
+    assert (tmp_path / "QQP.tsv").read_text() == "index\tprediction\n0\t1\n1\t0\n"
+
+
+def test_gold_labels_are_there_only_when_every_example_has_one():
+    assert ClassificationTask("sst2").has_gold([example("good", label="1"), example("bad", label="0")])
+    assert not ClassificationTask("sst2").has_gold([example("good", label="1"), example("a test line")])

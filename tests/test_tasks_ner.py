@@ -12,7 +12,7 @@ from minibert import finetuning
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModelOutput
 from minibert.heads import IGNORE_INDEX
-from minibert.tasks.ner import NerExamples, NerTask, window_starts
+from minibert.tasks.ner import NerExamples, NerTask, iob2_to_iob1, tagging_scheme, window_starts
 from minibert.tasks.readers import NerSentence
 from minibert.tokenization import load_tokenizer
 from tiny_models import SENTENCES, save_tiny_model, write_vocab
@@ -229,16 +229,35 @@ def test_predictions_file_is_the_input_plus_one_column(tmp_path, tokenizer):
     assert predictions == gold_iob2
     task.write_predictions(examples, predictions, written)
 
-    tag_of_line = {number: tag for s, tags in zip(examples, predictions) for number, tag in zip(s.line_numbers, tags)}
-    expected = [line if not line else line + " " + tag_of_line.get(number, "O")   # -DOCSTART- gets O
-                for number, line in enumerate(CONLL_FILE.splitlines(), start=1)]
+    # written in the file's own scheme, IOB1: the predicted column equals the gold one
+    expected = [line if not line else line + " " + line.split()[-1]   # -DOCSTART- gets O
+                for line in CONLL_FILE.splitlines()]
     assert written.read_text().splitlines() == expected
-    # the file's gold (IOB1) and predicted (IOB2) columns: every entity right
     assert task.metrics(examples, predictions)["f1"] == 100.0
 
     with pytest.raises(MiniBertError, match="examples NerTask.read returned"):
         task.write_predictions(list(examples), predictions, written)
 
+
+
+def test_predictions_next_to_iob2_gold_stay_iob2(tmp_path, tokenizer):
+    source, written = tmp_path / "eval.txt", tmp_path / "predictions.txt"
+    source.write_text("EU B-ORG\nrejects O\nGerman B-MISC\n\nPeter B-PER\nBlackburn I-PER\n")
+    task = NerTask()
+    examples = task.read(source)
+    assert tagging_scheme(examples) == "IOB2"
+    task.write_predictions(examples, [["B-ORG", "O", "O"], ["B-PER", "I-PER"]], written)
+    assert written.read_text().splitlines() == ["EU B-ORG B-ORG", "rejects O O", "German B-MISC O", "",
+                                                "Peter B-PER B-PER", "Blackburn I-PER I-PER"]
+
+
+def test_iob2_to_iob1_inverts_iob1_to_iob2():
+    from minibert.metrics import iob1_to_iob2
+    iob1 = ["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG", "B-ORG"]
+    assert iob1_to_iob2(iob1) == ["B-PER", "I-PER", "B-PER", "O", "B-LOC", "B-ORG", "B-ORG"]
+    assert iob2_to_iob1(iob1_to_iob2(iob1)) == iob1
+    assert iob2_to_iob1(["O", "I-PER", "B-LOC"]) == ["O", "I-PER", "I-LOC"]   # an entity opened by I- stays one
+    assert tagging_scheme([sentence(["Rome"])]) == "IOB2"                      # no tags: the model's own
 
 # ----------------------------------------------------------------------------
 # A whole run
@@ -302,3 +321,8 @@ def test_fine_tune_learns_and_the_saved_model_predicts(tmp_path):
     loaded_task.write_predictions(examples, predictions, tmp_path / "predictions.txt")
     columns = [line.split() for line in (tmp_path / "predictions.txt").read_text().splitlines() if line]
     assert all(len(fields) == 5 for fields in columns)
+
+
+def test_gold_tags_are_there_only_when_every_sentence_has_them():
+    assert NerTask().has_gold([sentence(["Rome"], ["I-LOC"])])
+    assert not NerTask().has_gold([sentence(["Rome"], ["I-LOC"]), sentence(["Paris"])])

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.tasks.readers import (ClassificationExample, SquadQuestion, detect_format, misaligned_answers,
-                                    read_conll, read_mnli, read_mrpc, read_qqp, read_snli, read_squad, read_sst2,
-                                    read_task_file, split_examples, write_conll_predictions)
+from minibert.tasks.readers import (ClassificationExample, SquadQuestion, check_answer_alignment, detect_format,
+                                    misaligned_answers, read_conll, read_mnli, read_mrpc, read_qqp, read_snli,
+                                    read_squad, read_sst2, read_task_file, split_examples, write_conll_predictions)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -259,6 +259,25 @@ def test_squad_v1(tmp_path):
     assert misaligned_answers(questions) == [("56be4db0acb8001400a502ed", "Denver Broncos")]
 
 
+def test_misaligned_answers_are_reported_and_refused_when_most_are(tmp_path):
+    path = write(tmp_path, "dev-v1.1.json", json.dumps(squad_v1()))
+    questions = read_squad(path)[0]                  # 1 of 3 answers misaligned: a warning naming the question
+    warning = check_answer_alignment(path, questions, refuse_most=True)
+    assert warning == (f"{path}: 1 of 3 answers are not at their answer_start in the context (questions "
+                       f"56be4db0acb8001400a502ed); they are used as written")
+    shifted = squad_v1()
+    for qa in shifted["data"][0]["paragraphs"][0]["qas"]:
+        for answer in qa["answers"]:
+            answer["answer_start"] += 1
+    path = write(tmp_path, "shifted.json", json.dumps(shifted))
+    questions = read_squad(path)[0]
+    assert check_answer_alignment(path, questions).startswith(f"{path}: 3 of 3 answers")   # evaluating: a warning
+    with pytest.raises(MiniBertError, match="3 of 3 answers are not at their answer_start"):
+        check_answer_alignment(path, questions, refuse_most=True)                     # training: refused
+    aligned = read_squad(write(tmp_path, "v2.json", json.dumps(squad_v2())))[0]
+    assert check_answer_alignment(path, aligned) is None
+
+
 def test_squad_v2_and_version_detection(tmp_path):
     questions, version, _ = read_squad(write(tmp_path, "dev-v2.0.json", json.dumps(squad_v2())))
     assert version == "2.0"
@@ -328,6 +347,8 @@ BAD_INPUTS = [
     ("qqp", "id\tquestion1\tquestion2\tis_duplicate\n1\tA?\tB?\tyes\n", 2, "unknown qqp label 'yes'"),
     ("conll2003", "EU NNP I-NP I-ORG\nrejects VBZ I-VP\n", 2, "3 columns, but line 1 has 4"),
     ("conll2003", "EU NNP I-NP ORG\n", 1, "unknown NER tag 'ORG'"),
+    ("conll2003", "EU B-ORG\rrejects O\r\rGerman B-MISC\r", 1, "a carriage return (\\r) inside a line"),
+    ("sst2", "(3 (2 It) (4 good))\n(3 ((2 It) (4 good)))\n", 2, "a node without its 0-4 label"),
     ("sst2", "", 1, "the file is empty"),
     ("snli", "\n\n", 1, "the file is empty"),
     ("squad", "", 1, "the file is empty"),

@@ -394,10 +394,14 @@ def test_write_predictions(tmp_path):
     predictions = SquadPredictions({"a": "the mat", "b": "", "c": "park"}, {"a": -3.5, "b": 2.0, "c": 0.25})
     assert len(predictions) == 3
     written = task.write_predictions(SMALL_SET, predictions, tmp_path / "predictions.json")
-    assert written == [tmp_path / "predictions.json", tmp_path / "null_odds.json"]
+    assert written == [tmp_path / "predictions.json", tmp_path / "predictions.null_odds.json"]
     assert json.loads((tmp_path / "predictions.json").read_text()) == predictions.answers
-    assert json.loads((tmp_path / "null_odds.json").read_text()) == predictions.null_odds
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["null_odds.json", "predictions.json"]   # no temp files
+    assert json.loads((tmp_path / "predictions.null_odds.json").read_text()) == predictions.null_odds
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.json", "predictions.null_odds.json"]
+    # a second run in the same folder keeps its own null odds
+    task.write_predictions(SMALL_SET, predictions, tmp_path / "other.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.json", "other.null_odds.json",
+                                                          "predictions.json", "predictions.null_odds.json"]
 
     v1 = tmp_path / "v1"
     v1.mkdir()
@@ -484,3 +488,8 @@ def test_fine_tune_load_and_predict(tmp_path, one_thread):
     assert twice.answers == predictions.answers
     loaded.write_predictions(examples, predictions, tmp_path / "predictions.json")
     assert json.loads((tmp_path / "predictions.json").read_text()) == predictions.answers
+
+
+def test_gold_answers_are_there_when_every_question_has_answers_or_is_unanswerable():
+    assert SquadTask().has_gold(SMALL_SET)                                  # answers, or is_impossible
+    assert not SquadTask().has_gold(SMALL_SET + [make_question("a file to predict .")])

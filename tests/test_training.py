@@ -11,6 +11,7 @@ early and evaluates when it is told to.
 
 import copy
 import os
+import re
 import subprocess
 import sys
 
@@ -163,7 +164,7 @@ def test_the_logged_loss_and_accuracy_are_averages_over_the_tokens_of_the_step(t
     _, loss, accuracy = gradient_of_first_step(model, batches[0])
     summary = run(model, batches, tmp_path / "checkpoint.pt", total_steps=1, log_every=1)
     record = summary["history"][0]
-    assert record["tokens_loss"] == pytest.approx(loss) and record["tokens_accuracy"] == pytest.approx(accuracy)
+    assert record["tokens_loss"] == pytest.approx(loss) and record["tokens_accuracy"] == pytest.approx(100 * accuracy)
 
 
 @pytest.mark.parametrize("max_grad_norm", [0.01, 0.0])
@@ -234,6 +235,51 @@ def test_a_run_killed_and_resumed_ends_with_exactly_the_weights_of_an_uninterrup
     assert summary["start_step"] == 3 and summary["end_step"] == 6
     for name, value in straight.state_dict().items():
         assert torch.equal(resumed.state_dict()[name], value), name
+
+
+def test_resuming_with_a_changed_flag_names_the_flag_and_both_values(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    settings = {"--lr": 0.01, "--train": "t.tsv (10 bytes, sha256 ab)"}
+    run(tiny_model(), toy_batches(6), path, total_steps=2, run_config={"seed": 0, "settings": settings})
+    for flag, value in (("--lr", 0.02), ("--train", "t.tsv (11 bytes, sha256 cd)")):
+        with pytest.raises(MiniBertError, match=re.escape(f"with {flag} {settings[flag]!r}, this run has {flag} "
+                                                          f"{value!r}")):
+            run(tiny_model(), toy_batches(6), path, resume=True, total_steps=2,
+                run_config={"seed": 0, "settings": {**settings, flag: value}})
+    # a flag the checkpoint did not record (an older checkpoint) is not compared
+    run(tiny_model(), toy_batches(6), path, resume=True, total_steps=2,
+        run_config={"seed": 0, "settings": {**settings, "--new-flag": 1}})
+
+
+def test_resuming_with_another_optimizer_is_a_minibert_error(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    run(tiny_model(), toy_batches(6), path, total_steps=2, optimizer_factory=plain_sgd)
+    with pytest.raises(MiniBertError, match="holds the state of another optimizer"):
+        run(tiny_model(), toy_batches(6), path, resume=True, total_steps=2)        # AdamW: no 'betas' saved
+
+
+def test_a_loss_that_becomes_nan_stops_the_run_naming_the_step_and_saves_nothing(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    with pytest.raises(MiniBertError, match=r"training stopped at step \d+: .*try a lower learning rate"):
+        run(tiny_model(), toy_batches(6), path, learning_rate=1e30, warmup_steps=0, max_grad_norm=0.0)
+    assert not path.exists()
+
+
+def test_weights_that_became_nan_are_never_saved(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+
+    class Poisoning(torch.optim.SGD):            # a step that leaves NaN weights behind a finite loss
+        def step(self, closure=None):
+            super().step(closure)
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("nan"))
+
+    def poison(model):
+        optimizer = Poisoning(model.parameters(), lr=1.0)
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    with pytest.raises(MiniBertError, match="training stopped at step 1: .* holds NaN or infinite values"):
+        run(tiny_model(), toy_batches(6), path, total_steps=1, optimizer_factory=poison)
+    assert not path.exists()
 
 
 def test_resuming_with_other_settings_or_without_a_checkpoint_is_a_minibert_error(tmp_path):

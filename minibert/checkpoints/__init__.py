@@ -22,7 +22,9 @@
         config.json + model.safetensors (+ the tokenizer) in Hugging Face's
         layout, which transformers loads as it is: BertFor*/AlbertFor* for a
         BertModel, Deberta(V2)Model / Deberta(V2)ForMaskedLM for a
-        DebertaModel (a v1 model is written as a v1 file, in_proj fused).
+        DebertaModel (a v1 model is written as a v1 file, in_proj fused);
+        with a task head, <Family>ForSequenceClassification / ...
+        ForTokenClassification / ...ForQuestionAnswering  -> task_heads.py
 
 The models (model.py, deberta.py) know nothing of any of this.
 """
@@ -367,15 +369,25 @@ def deberta_huggingface_config(model):
     return values
 
 
-def save_pretrained(model, directory, tokenizer=None):
+def save_pretrained(model, directory, tokenizer=None, *, head=None, labels=None):
     """Write config.json, model.safetensors and the tokenizer files: those of
     `tokenizer` if given, else those of the folder the model was loaded from
-    (model.source_dir), if it has any."""
+    (model.source_dir), if it has any.
+
+    With a task `head` (a fine-tuned model: minibert/heads.py's OutputLayer
+    or SpanHead) and the task's `labels`, the folder is transformers' model
+    for that task: the head's tensors under its names and config.json's
+    architecture and labels (task_heads.py)."""
     from minibert.checkpoints.safetensors import save_safetensors
+    from minibert.checkpoints.task_heads import head_config, head_state_dict
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_safetensors(huggingface_state_dict(model), directory / "model.safetensors", metadata={"format": "pt"})
-    write_json(directory / "config.json", huggingface_config(model))
+    tensors, config = huggingface_state_dict(model), huggingface_config(model)
+    if head is not None:
+        tensors.update(head_state_dict(head))
+        config.update(head_config(model, head, labels))
+    save_safetensors(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    write_json(directory / "config.json", config)
     source = getattr(model, "source_dir", None)
     if tokenizer is None and source is not None:
         if isinstance(model, DebertaModel) and has_deberta_tokenizer(source):

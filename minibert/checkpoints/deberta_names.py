@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
-from minibert.checkpoints.name_maps import EMBEDDING, LAYER_NORM, LINEAR, PARAM, expand
+from minibert.checkpoints.name_maps import (EMBEDDING, LAYER_NORM, LINEAR, PARAM, TASK_HEAD_PREFIXES, TASK_HEAD_SKIPPED,
+                                            expand)
 from minibert.support.errors import MiniBertError
 
 PREFIX = "deberta."
@@ -209,6 +210,8 @@ def normalize_deberta_names(tensors):
             skipped.append((original, "buffer, not a weight"))
         elif name in LEGACY_TIED:
             skipped.append((original, LEGACY_TIED[name]))
+        elif name.startswith(TASK_HEAD_PREFIXES):
+            skipped.append((original, TASK_HEAD_SKIPPED))
         elif name.startswith(RTD_HEAD):
             skipped.append((original, "DeBERTaV3's replaced-token-detection head, which minibert does not build"))
         else:

@@ -17,9 +17,17 @@ minibert.checkpoints.name_maps bert`). Sources: docs/formats.md sections 1.3, 2.
 """
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 from minibert.support.errors import MiniBertError
+
+# `python -m minibert.checkpoints.name_maps` imports the package first, whose
+# __init__ imports this module; runpy then warns that the module it is about
+# to run is already loaded. Harmless here (the module only defines tables and
+# functions), so that one warning is silenced.
+warnings.filterwarnings("ignore", message="'minibert.checkpoints.name_maps' found in sys.modules",
+                        category=RuntimeWarning)
 
 LINEAR, LAYER_NORM, EMBEDDING, PARAM = "linear", "layer_norm", "embedding", "param"
 
@@ -165,6 +173,10 @@ TF_SKIP_PARTS = ("AdamWeightDecayOptimizer", "LAMB")
 
 # Hugging Face: buffers and tied duplicates, with the reason each is skipped.
 HF_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+# A fine-tuned folder's task head (task_heads.py): left to load_task_model,
+# which reads it with its task; load_pretrained gives the encoder.
+TASK_HEAD_PREFIXES = ("classifier.", "qa_outputs.")
+TASK_HEAD_SKIPPED = "a task head: load_task_model (minibert/finetuning.py) reads it with its task"
 HF_TIED = {"cls.predictions.decoder.weight": "tied to the word embeddings",
            "predictions.decoder.weight": "tied to the word embeddings",
            "cls.predictions.decoder.bias": "same tensor as cls.predictions.bias",
@@ -202,6 +214,8 @@ def normalize_hf_names(tensors, model_type="bert"):
             name = base_prefix + name  # a BertModel / AlbertModel file, saved without its prefix
         if name.endswith(HF_BUFFERS):
             skipped.append((original, "buffer, not a weight"))
+        elif name.startswith(TASK_HEAD_PREFIXES):
+            skipped.append((original, TASK_HEAD_SKIPPED))
         elif name in HF_TIED:
             skipped.append((original, HF_TIED[name]))
             tied[name] = original, value

@@ -230,14 +230,18 @@ def read_safetensors_metadata(path):
     return metadata
 
 
-def load_safetensors(path):
-    """Read every tensor of a .safetensors file into a dict {name: torch.Tensor}.
+def load_safetensors(path, names=None):
+    """Read every tensor of a .safetensors file into a dict {name: torch.Tensor},
+    or only those among `names` (a fine-tuned folder's head, say).
 
     Tensors come back on the CPU in the stored dtype (a bf16 file gives bf16
     tensors; the caller upcasts), writable, in the header's order.
     """
     with open_for_reading(path) as f:
         _, entries, data_start = read_header(f, path)
+        if names is not None:
+            wanted = set(names)
+            entries = [entry for entry in entries if entry[0] in wanted]
         tensors = {}
         # The memory map lets numpy look at the file's bytes without reading
         # the whole file into one Python bytes object first.

@@ -1,4 +1,5 @@
-"""What every command-line script shares: one-line errors, exit status 1.
+"""What every command-line script shares: one-line errors, and exit statuses
+that say whose mistake it was.
 
     parser = ArgumentParser(description=__doc__)
     ...
@@ -8,10 +9,12 @@
     if __name__ == "__main__":
         run(main)
 
-A `MiniBertError` (bad input: a wrong file, flag or value) is printed as
-`error: <message>` on stderr and the script exits with status 1; so is a
-mistake on the command line itself (argparse's own errors). Anything else is a
-bug and keeps its traceback.
+A mistake on the command line itself (an unknown flag, a missing required
+flag, a flag's invalid value, flags that do not go together) is a usage
+error: argparse's usage line, then `error: <message>`, and exit status 2, as
+every argparse tool does. A `MiniBertError` met while running (a bad file,
+bad data) is one line, `error: <message>`, on stderr and exit status 1.
+Anything else is a bug and keeps its traceback.
 
 Every flag's value is checked when the command line is read, by the `type=`
 helpers below (positive_int, probability(), device, output_folder, ...), so a
@@ -21,6 +24,7 @@ rate trains quietly on NaNs):
 
     parser.add_argument("--lr", type=positive_float, default=5e-4)
     python train_mlm.py ... --lr -1
+    usage: train_mlm.py [-h] ...
     error: argument --lr: expected a number > 0, got -1.0 (see train_mlm.py --help)
 """
 
@@ -33,11 +37,20 @@ from pathlib import Path
 from minibert.support.errors import MiniBertError
 
 
+class UsageError(MiniBertError):
+    """A mistake on the command line: `run` prints the usage line and exits with 2."""
+
+    def __init__(self, message, usage):
+        super().__init__(message)
+        self.usage = usage
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one `error:` line and exit 1 (not usage + exit 2)."""
+    """argparse, whose errors `run` reports (usage line, `error:` line, exit 2).
+    A script calls parser.error(message) for flags that do not go together."""
 
     def error(self, message):
-        raise MiniBertError(f"{message} (see {self.prog} --help)")
+        raise UsageError(f"{message} (see {self.prog} --help)", self.format_usage())
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -55,6 +68,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def run(main, argv=None):
     try:
         status = main(argv)
+    except UsageError as e:
+        print(e.usage.rstrip(), file=sys.stderr)
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        sys.exit(2)
     except MiniBertError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, whatever the message held
         sys.exit(1)
@@ -97,8 +114,21 @@ def int_at_least(minimum, why=""):
     return check
 
 
+def int_between(minimum, maximum, why=""):
+    """A type for integer flags with both bounds (included)."""
+    allowed = f"an integer in [{minimum}, {maximum}]{why}"
+
+    def check(text):
+        value = _parse(text, int, allowed)
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {value}")
+        return value
+    return check
+
+
 positive_int = int_at_least(1)          # sizes, counts of steps and batches
 non_negative_int = int_at_least(0)      # where 0 means "none" or "never" (the help says which)
+seed = int_between(0, 2**63 - 1, " (torch's seeds are 63-bit)")
 
 
 def float_in(low=-math.inf, high=math.inf, include_low=True, include_high=True, kind="number"):
@@ -171,13 +201,24 @@ def output_file(text):
 def output_folder(text):
     """A folder to write into (e.g. --output): not a file; it exists and is
     writable, or can be made. Returns a Path. (Whether it may already hold
-    files is the script's decision: see check_output_dir in duplication.py and
-    check_output_folder in pretraining.py.)"""
+    files is the script's decision: see check_output_dir in duplication.py,
+    check_output_folder in pretraining.py and support/outputs.py.)"""
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file; expected a folder")
     _check_writable(path)
     return path
+
+
+def checked(parser, flag, helper, text):
+    """helper(text) for a flag checked after the command line is read (e.g.
+    --output, a folder or a file depending on the form of the command): a
+    value it refuses is a usage error naming the flag, as if argparse had
+    checked it."""
+    try:
+        return helper(text)
+    except argparse.ArgumentTypeError as e:
+        parser.error(f"argument {flag}: {e}")
 
 
 def make_parent_folder(path):

@@ -5,6 +5,7 @@ counts the summary reports."""
 
 import dataclasses
 import hashlib
+from pathlib import Path
 
 
 def run_record(settings, teacher_folder, distilled, train_file, eval_file, embeddings_start, n_examples, n_transfer):
@@ -24,12 +25,31 @@ def vocabulary_fingerprint(tokenizer):
     return hashlib.sha256("\n".join(words).encode()).hexdigest()
 
 
-def resume_config(task, settings, total_steps, model, tokenizer):
+# Settings that do not change what is trained: how fast, where the cache is.
+NOT_COMPARED = ("cache_dir", "teacher_batch_size", "eval_batch_size", "max_minutes")
+
+
+def resume_config(task, settings, total_steps, model, tokenizer, record=None):
     """training.train's run_config: what --resume checks is unchanged (the
-    student's config and vocabulary, the steps, the batches, the seed)."""
+    student's config and vocabulary, the steps, the batches, the seed, and
+    under "settings", by flag name, every setting that shapes the run: the
+    learning rate, alpha, the optimizer, the teacher, the training file, ...)."""
+    from minibert.support.outputs import file_identity
+    flags = {"--task": task.name}
+    for key, value in dataclasses.asdict(settings).items():
+        if key == "augment":
+            flags["--no-augment"] = not value
+        elif key not in NOT_COMPARED:
+            flags[f"--{key.replace('_', '-')}"] = value
+    if record is not None:
+        teacher = record["teacher"]
+        weights = Path(teacher) / "model.safetensors" if teacher is not None else None
+        flags["--teacher"] = file_identity(weights) if weights is not None and weights.is_file() else teacher
+        flags["--no-teacher"] = not record["distilled"]
+        flags["--train"] = file_identity(record["train_file"])
     return {"task": task.name, "total_steps": total_steps, "batch_size": settings.batch_size, "seed": settings.seed,
             "grad_accum_steps": 1, "model_config": model.config.to_dict(),
-            "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer)}
+            "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer), "settings": flags}
 
 
 def parameter_counts(student, teacher=None):

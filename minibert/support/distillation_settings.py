@@ -66,6 +66,8 @@ class DistillationSettings:
     seed: int = 0
     max_train_examples: Optional[int] = None
     max_minutes: Optional[float] = None
+    bf16: bool = False                       # bfloat16 autocast for every forward (teacher and student), as
+                                             # finetune.py --bf16; weights stay float32. False: float32 throughout
 
     def resolved(self, task, with_teacher):
         """A copy with every None replaced by its value for this task."""

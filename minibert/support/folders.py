@@ -1,18 +1,127 @@
-"""Folder I/O for what fine-tuning and distillation write: a module's weights
-as safetensors and a small JSON record beside them.
+"""Folder I/O for what fine-tuning and distillation write: a model folder
+written as one unit, a module's weights as safetensors and a small JSON
+record beside them.
 
-Every file is written atomically (a temporary file renamed into place), so a
-killed run never leaves half a file; a record is written last, so a folder
-with its record is complete. Reading checks before it trusts: a missing
-file, a missing field or weights that do not fit end in one MiniBertError
-line naming the file.
+A model folder is written as one unit (write_folder): every file goes into a
+hidden sibling folder, which is then renamed into place, so a killed run
+leaves either the old model or the new one, never one file of each.
+What a kill leaves behind is recognisable by its name and put right by the
+next run (recover_folder). Every single file is also written atomically (a
+temporary file renamed into place). Reading checks before it trusts: a
+missing file, a missing field or weights that do not fit end in one
+MiniBertError line naming the file.
 """
 
+import os
+import re
+import shutil
 from pathlib import Path
 
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import read_json_object, write_json
+from minibert.support.fileio import fsync_folder, read_json_object, temporary_name, write_json
+
+# What write_folder leaves next to FOLDER while it works, named after the
+# process that writes it (fileio.temporary_name):
+#   .FOLDER.PID.HEX.tmp   the new folder being written
+#   .FOLDER.PID.HEX.old   the old folder, between the two renames
+# and what atomic_write leaves inside FOLDER: .FILE.PID.HEX.tmp.
+LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.(?P<kind>tmp|old)")
+
+
+def write_folder(folder, write_into, leave_behind=()):
+    """Write a model folder as one unit: write_into(staging) fills a hidden
+    sibling folder; then the old folder (if any) is renamed away, the new
+    one renamed into place, and the old one deleted. Whatever the old folder
+    holds that the new one does not (the run's checkpoint.pt, a user's
+    files) is carried over, except the names in `leave_behind` (files of an
+    older layout the new one replaces). A kill at any point leaves the old
+    folder or the new one, complete, plus leftovers recover_folder removes."""
+    folder = Path(folder).absolute()
+    if folder.is_symlink():              # replace the folder the link points to, and keep the link
+        folder = folder.resolve()
+    if Path.cwd().resolve().is_relative_to(folder.resolve()):
+        raise MiniBertError(f"{folder}: holds the current working directory, which cannot be replaced; "
+                            f"write the model to another folder")
+    if folder.exists() and not folder.is_dir():
+        raise MiniBertError(f"{folder}: is a file, not a folder")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    recover_folder(folder)
+    staging = temporary_name(folder)
+    try:
+        staging.mkdir()
+    except OSError as e:
+        raise MiniBertError(f"{folder}: cannot write a folder here ({e.strerror})") from None
+    try:
+        write_into(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync_folder(staging)
+    old = staging.with_name(staging.name[:-len(".tmp")] + ".old")
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(staging, folder)          # from here on the folder is the new one
+    fsync_folder(folder.parent)
+    if old.exists():
+        carry_over(old, folder, leave_behind)
+
+
+def carry_over(old, folder, leave_behind=()):
+    """Move what `old` holds and `folder` lacks into `folder`, then delete `old`."""
+    for entry in sorted(old.iterdir()):
+        if entry.name not in leave_behind and not LEFTOVER.fullmatch(entry.name) \
+                and not (folder / entry.name).exists():
+            os.replace(entry, folder / entry.name)
+    shutil.rmtree(old, ignore_errors=True)
+    fsync_folder(folder)
+
+
+def recover_folder(folder):
+    """Put right what a killed write_folder or atomic_write left, for
+    `folder`: a new folder half-written (.FOLDER.PID.HEX.tmp) is deleted; an
+    old folder renamed away (.FOLDER.PID.HEX.old) is renamed back if the new
+    one never arrived, or else has its extra files carried over and is
+    deleted; half-written files inside the folder (.FILE.PID.HEX.tmp, e.g.
+    .model.safetensors.1234.9f2c.tmp) are deleted. Only what processes that
+    are gone left is touched: a live one may be writing right now. Returns
+    the names it removed or restored."""
+    folder = Path(folder).absolute()
+    done = []
+    for entry in sorted(folder.parent.glob(f".{glob_escape(folder.name)}.*")):
+        match = LEFTOVER.fullmatch(entry.name)
+        if match is None or match["name"] != folder.name or process_is_alive(int(match["pid"])):
+            continue
+        if match["kind"] == "old" and not folder.exists():
+            os.replace(entry, folder)       # killed between the two renames: the old folder is complete
+        elif match["kind"] == "old":
+            carry_over(entry, folder)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+        done.append(entry.name)
+    if folder.is_dir():
+        for entry in sorted(folder.glob(".*.tmp")):
+            match = LEFTOVER.fullmatch(entry.name)
+            if match is not None and not process_is_alive(int(match["pid"])):
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+                done.append(f"{folder.name}/{entry.name}")
+    return done
+
+
+def glob_escape(name):
+    """`name` with glob's special characters taken literally."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def process_is_alive(pid):
+    """Is process `pid` running on this machine? (Signal 0 checks without sending anything.)"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):   # it exists, but belongs to another user; or not a pid at all
+        return True
+    return True
 
 
 def save_weights(module, path):
@@ -24,8 +133,13 @@ def save_weights(module, path):
 def load_weights(module, path, what):
     """Fill `module` from a safetensors file written by save_weights. A missing
     or extra key, or a shape that differs, is a MiniBertError naming the file
-    and `what` the module is (e.g. "the sst2 head with 2 labels")."""
+    and `what` the module is (e.g. "the sst2 head with 2 labels"), and so is
+    an integer or boolean tensor, which load_state_dict would cast silently."""
     weights = load_safetensors(path)
+    for name, value in weights.items():
+        if not value.is_floating_point():
+            raise MiniBertError(f"{path}: tensor {name!r} has dtype {str(value.dtype).removeprefix('torch.')}; "
+                                f"expected a floating-point weight")
     try:
         module.load_state_dict(weights)
     except RuntimeError as e:

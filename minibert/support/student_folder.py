@@ -3,7 +3,8 @@
 A student folder holds student.safetensors (the BiLSTM's weights), its
 vocabulary (vocab.txt, or the teacher's tokenizer files) and student.json
 (the config, the task and its labels, how the text is tokenized, the run's
-record). student.json is written last, so a folder that has it is complete.
+record); docs/formats.md describes every file. It is written as one unit
+(support/folders.write_folder), so a folder is never a mix of two epochs.
 The weights carry BiLSTMClassifier's names (embedding.weight, lstm.weight_ih_l0,
 ..., fc1.weight, fc2.bias), so plain torch and safetensors read them too.
 load_student builds the student, its tokenizer and its task from a folder,
@@ -16,7 +17,7 @@ from minibert.lstm import BiLSTMClassifier, StudentConfig
 from minibert.support.distillation_settings import is_pair_task
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import read_json_object
-from minibert.support.folders import load_weights, read_record, save_weights, write_record
+from minibert.support.folders import load_weights, read_record, save_weights, write_folder, write_record
 from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.tokenization import load_tokenizer
@@ -27,15 +28,18 @@ WEIGHTS_FILE = "student.safetensors"
 
 def save_student(model, tokenizer, task, folder, record):
     """student.safetensors, the vocabulary (vocab.txt, or the teacher's
-    tokenizer files) and student.json, each written atomically, student.json
-    last (a folder with student.json is complete)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_weights(model, folder / WEIGHTS_FILE)
-    tokenizer.save(folder)
-    write_record(folder, STUDENT_FILE, {"student": model.config.to_dict(), "task": task.name,
-                                        "labels": task.labels, "tokenization": tokenizer.kind,
-                                        "max_seq_len": tokenizer.max_seq_len, **record})
+    tokenizer files) and student.json, written as one unit
+    (support/folders.write_folder: a temporary folder renamed into place, so
+    a kill leaves the old best epoch or the new one, whole). The folder's
+    other files (checkpoint.pt) are carried over."""
+    def write_into(staging):
+        save_weights(model, staging / WEIGHTS_FILE)
+        tokenizer.save(staging)
+        write_record(staging, STUDENT_FILE, {"student": model.config.to_dict(), "task": task.name,
+                                             "labels": task.labels, "tokenization": tokenizer.kind,
+                                             "max_seq_len": tokenizer.max_seq_len, **record})
+
+    write_folder(folder, write_into)
 
 
 def read_student_record(folder, tasks):

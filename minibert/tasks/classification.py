@@ -97,10 +97,26 @@ class ClassificationTask:
             values["f1"] = metrics.binary_f1(predicted, gold, positive="1")
         return values
 
+    def has_gold(self, examples):
+        """Whether every example has its label (so the predictions can be scored)."""
+        return all(example.label is not None for example in examples)
+
     def write_predictions(self, examples, predictions, path):
-        """jsonl: one object per example, in file order."""
+        """Returns the paths written. A path ending in `.tsv` gets GLUE's
+        submission format: the header `index<TAB>prediction`, then each
+        example's position in the file (0 first, as a GLUE test file's own
+        index column counts) and its label. Anything else gets jsonl: one
+        object per example, in file order, with its id, label and class
+        probabilities."""
+        if str(path).endswith(".tsv"):
+            with atomic_write(path, mode="w") as f:
+                f.write("index\tprediction\n")
+                for index, (label, _) in enumerate(predictions):
+                    f.write(f"{index}\t{label}\n")
+            return [path]
         with atomic_write(path, mode="w") as f:
             for example, (label, probs) in zip(examples, predictions):
                 record = {"id": example.id} if example.id is not None else {}
                 record.update(label=label, probs=[round(float(p), 6) for p in probs])
                 f.write(json.dumps(record) + "\n")
+        return [path]

@@ -19,7 +19,8 @@ Tags: CoNLL-2003's shared files are IOB1 (an entity starts with I-; B- only
 separates two adjacent entities of one type). The model is trained on IOB2
 (every entity starts with B-), which gives "first word of an entity" one
 consistent tag; conlleval reads both encodings the same (metrics.py), so
-the gold tags are scored as written in the file.
+the gold tags are scored as written in the file, and predictions are
+written back in the file's own scheme (`iob2_to_iob1`, `tagging_scheme`).
 
 Examples: `read` returns a `NerExamples`, the list of the file's sentences
 that also keeps the file's lines, so that `write_predictions` can write
@@ -256,15 +257,56 @@ class NerTask:
         scores = metrics.conlleval([sentence.tags for sentence in examples], predictions)
         return {key: scores[key] for key in ("precision", "recall", "f1", "per_type")}
 
+    def has_gold(self, examples):
+        """Whether every sentence has its tags (so the predictions can be scored)."""
+        return all(sentence.tags is not None for sentence in examples)
+
     def write_predictions(self, examples, predictions, path):
         """The input file with the predicted tag as one more column (so a
-        file with gold tags becomes what the conlleval script scores)."""
+        file with gold tags becomes what the conlleval script scores),
+        written in the file's own tagging scheme: IOB1 predictions next to
+        IOB1 gold, so that conlleval's token accuracy compares like with
+        like (a file without tags gets the model's IOB2). Returns the paths
+        written."""
         if not isinstance(examples, NerExamples):
             raise MiniBertError("conll2003: write_predictions needs the examples NerTask.read returned "
                                 "(they keep the file's lines)")
+        if tagging_scheme(examples) == "IOB1":
+            predictions = [iob2_to_iob1(tags) for tags in predictions]
         write_conll_predictions(examples.ner_file, predictions, path)
+        return [path]
 
 
 def iob2_tags(sentence):
     """A sentence's tags as IOB2 (CoNLL-2003's files are IOB1)."""
     return metrics.iob1_to_iob2(sentence.tags)
+
+
+def iob2_to_iob1(tags):
+    """One sentence's tags as IOB1, the inverse of metrics.iob1_to_iob2: a
+    chunk starts with I-, and with B- only right after a chunk of the same
+    type. The chunks are unchanged (conlleval scores both the same).
+
+        ["B-PER", "I-PER", "B-PER", "O", "B-LOC"]
+        -> ["I-PER", "I-PER", "B-PER", "O", "I-LOC"]
+    """
+    converted = ["O"] * len(tags)
+    previous_end, previous_type = None, None
+    for chunk_type, start, end in metrics.conll_chunks(tags):
+        touches_same_type = previous_end == start - 1 and previous_type == chunk_type
+        converted[start] = f"B-{chunk_type}" if touches_same_type else f"I-{chunk_type}"
+        for position in range(start + 1, end + 1):
+            converted[position] = f"I-{chunk_type}"
+        previous_end, previous_type = end, chunk_type
+    return converted
+
+
+def tagging_scheme(sentences):
+    """"IOB1" when some entity of the sentences' tags starts with I- (as in
+    CoNLL-2003's files), else "IOB2" (every entity starts with B-; also a
+    file without tags or entities, which the model's own IOB2 suits)."""
+    for sentence in sentences:
+        for _, start, _ in metrics.conll_chunks(sentence.tags or []):
+            if sentence.tags[start].startswith("I-"):
+                return "IOB1"
+    return "IOB2"

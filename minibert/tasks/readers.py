@@ -302,6 +302,8 @@ def _parse_sentiment_tree(path, number, line):
         if depth == 0 and position > 0:
             raise _error(path, number, "text after the tree's closing ')'")
         if token == "(":
+            if expect_label:                # "((": the outer node has no label (it would take its child's)
+                raise _error(path, number, "a node without its 0-4 label (a '(' right after a '(')")
             depth, expect_label = depth + 1, True
         elif token == ")":
             depth -= 1
@@ -444,6 +446,9 @@ def read_conll(path):
     words, tags, numbers = [], [], []
     columns = first_token_line = None
     for number, line in _numbered_lines(path):
+        if "\r" in line:                   # old Mac line endings: the whole file would be one line
+            raise _error(path, number, "a carriage return (\\r) inside a line: convert the file's line endings "
+                                       "to \\n")
         lines.append(line)
         fields = line.split()
         if not fields or _is_docstart(fields):
@@ -581,6 +586,24 @@ def misaligned_answers(questions):
     34,726 answers of SQuAD 1.1 dev, none of the 10,052 of the SQuAD 2.0 half."""
     return [(question.id, text) for question in questions for text, start in question.answers
             if question.context[start:start + len(text)] != text]
+
+
+def check_answer_alignment(path, questions, refuse_most=False, shown=5):
+    """A warning (a string) naming the first `shown` questions whose answer
+    text is not at its answer_start in the context, or None when every answer
+    is aligned. Such answers would be trained on and scored at the wrong span.
+    refuse_most: a file where most answers are misaligned (a training file)
+    is refused: its offsets are not character offsets into these contexts."""
+    misaligned = misaligned_answers(questions)
+    if not misaligned:
+        return None
+    total = sum(len(question.answers) for question in questions)
+    ids = ", ".join(dict.fromkeys(question_id for question_id, _ in misaligned[:shown]))
+    if refuse_most and 2 * len(misaligned) > total:
+        raise MiniBertError(f"{path}: {len(misaligned):,} of {total:,} answers are not at their answer_start in "
+                            f"the context (questions {ids}, ...): the offsets do not index these contexts")
+    return (f"{path}: {len(misaligned):,} of {total:,} answers are not at their answer_start in the context "
+            f"(questions {ids}{', ...' if len(misaligned) > shown else ''}); they are used as written")
 
 
 # ----------------------------------------------------------------------------

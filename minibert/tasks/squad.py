@@ -25,7 +25,7 @@ that are not batched (their names start with "_"):
                   may start there (run_squad.py `_check_is_max_context`)
 
 Predictions are a `SquadPredictions`: the official {question id: answer}
-and, for SQuAD 2.0, the no-answer score of each question (null_odds.json).
+and, for SQuAD 2.0, the no-answer score of each question (PRED.null_odds.json).
 """
 
 import math
@@ -51,7 +51,8 @@ SETTINGS = ("squad_version", "doc_stride", "max_query_len", "max_answer_len", "n
 # positive float32, so that log-probabilities (and their differences) stay finite.
 SMALLEST_PROBABILITY = float(np.finfo(np.float32).tiny)
 
-NULL_ODDS_FILE = "null_odds.json"
+# The null odds file is named after the predictions file (null_odds_file).
+NULL_ODDS_SUFFIX = ".null_odds.json"
 
 
 @dataclass
@@ -377,17 +378,30 @@ class SquadTask:
         return metrics.squad_v2_metrics(dataset, answers, na_probs=predictions.null_odds,
                                         na_prob_thresh=self.null_threshold)
 
+    def has_gold(self, examples):
+        """Whether every question has its answers, or is marked unanswerable
+        (so the predictions can be scored)."""
+        return all(example.answers or example.is_impossible for example in examples)
+
     def write_predictions(self, examples, predictions, path):
         """The official predictions file {question id: answer} and, for SQuAD
-        2.0, null_odds.json {question id: score_diff} in the same folder (the
-        evaluate-v2.0.py --na-prob-file). Returns the paths written."""
+        2.0, {question id: score_diff} (the evaluate-v2.0.py --na-prob-file)
+        named after it: pred.json -> pred.null_odds.json, so that two
+        prediction runs in one folder keep their own. Returns the paths written."""
         path = Path(path)
         write_json(path, {example.id: predictions.answers[example.id] for example in examples})
         if predictions.null_odds is None:
             return [path]
-        null_odds_path = path.parent / NULL_ODDS_FILE
+        null_odds_path = null_odds_file(path)
         write_json(null_odds_path, {example.id: predictions.null_odds[example.id] for example in examples})
         return [path, null_odds_path]
+
+
+def null_odds_file(path):
+    """Where the null odds of the predictions file `path` go: its name with
+    `.null_odds.json` in place of its suffix (pred.json -> pred.null_odds.json)."""
+    path = Path(path)
+    return path.with_name(path.stem + NULL_ODDS_SUFFIX)
 
 
 # ----------------------------------------------------------------------------

@@ -1,0 +1,133 @@
+"""Support for the scripts' --output: a run never writes over a model or the
+data it reads.
+
+finetune.py and distill.py write a model folder (training) or a predictions
+file. Before any slow work they check that this place
+
+  - is not a file or folder the run reads (--model, --teacher, --train, --eval,
+    --predict, ...), nor lies inside one of them;
+  - is not a model folder of any kind (pretrained, fine-tuned, student), nor
+    lies inside one: writing there would replace the model's files;
+  - unless it is this same run's own folder and --resume continues it.
+
+A model folder is recognised by its files (MODEL_FILES), not by its name.
+"""
+
+from pathlib import Path
+
+from minibert.support.errors import MiniBertError
+
+# A model folder holds weights, or a record of minibert's or a config next
+# to a tokenizer's files (a Google TF folder: bert_config.json, vocab.txt).
+# A record or config.json alone is any program's JSON file.
+WEIGHTS = ("model.safetensors", "pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "head.safetensors",
+           "student.safetensors")
+RECORD_FILES = ("config.json", "bert_config.json", "task.json", "student.json")
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "spm.model", "tokenizer_config.json")
+CHECKPOINT = "checkpoint.pt"
+RECORDS = {"task.json": "a fine-tuned model", "student.json": "a distilled student"}
+
+
+def model_files(folder):
+    """The files that make `folder` a model folder (an empty list: it is not one)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    weights = [name for name in WEIGHTS if (folder / name).is_file()]
+    records = [name for name in RECORD_FILES if (folder / name).is_file()]
+    if weights or any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return records + weights
+    return []
+
+
+def describe(folder, files):
+    """"a fine-tuned model", "a distilled student" or "a pretrained model", with the files that say so."""
+    kind = next((RECORDS[name] for name in RECORDS if name in files), "a pretrained model")
+    return f"{kind} ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})"
+
+
+def enclosing_model_folder(path):
+    """The nearest folder above `path` that is a model folder, or None."""
+    for parent in Path(path).resolve().parents:
+        if model_files(parent):
+            return parent
+    return None
+
+
+def check_apart_from_inputs(flag, output, inputs):
+    """`output` is none of the paths the run reads, and lies inside none of
+    them. inputs: {flag: path or None}; paths that do not exist (a hub name,
+    the bundled model) are skipped."""
+    target = Path(output).resolve()
+    for input_flag, path in inputs.items():
+        if path is None or not Path(path).exists():
+            continue
+        source = Path(path).resolve()
+        if target == source:
+            raise MiniBertError(f"{flag} {output}: is the {input_flag} {path} this run reads; choose another "
+                                f"{'folder' if source.is_dir() else 'file'}")
+        if source.is_dir() and source in target.parents:
+            raise MiniBertError(f"{flag} {output}: lies inside the {input_flag} folder {path} this run reads; "
+                                f"choose a place apart from it")
+
+
+def check_not_in_model_folder(flag, output):
+    """`output` lies inside no model folder."""
+    holder = enclosing_model_folder(output)
+    if holder is not None:
+        raise MiniBertError(f"{flag} {output}: lies inside the model folder {holder}, which holds "
+                            f"{describe(holder, model_files(holder))}; choose a place outside it")
+
+
+def check_training_output(output, record_file, inputs, resume=False, flag="--output"):
+    """The folder a training run writes its model into (finetune.py: record_file
+    "task.json"; distill.py: "student.json"). It may be missing or hold no
+    model; it may hold this kind of run's own files (its record, its
+    checkpoint) only with --resume. Returns the output as a Path."""
+    output = Path(output)
+    check_apart_from_inputs(flag, output, inputs)
+    check_not_in_model_folder(flag, output)
+    files = model_files(output)
+    others = [name for name in RECORDS if name != record_file and name in files]
+    own = record_file in files or (output / CHECKPOINT).is_file()
+    if others or (files and record_file not in files):
+        raise MiniBertError(f"{flag} {output}: holds {describe(output, files)}; a run never writes over a model: "
+                            f"choose another folder")
+    if own and not resume:
+        what = (f"already holds {RECORDS[record_file]}" if record_file in files
+                else f"holds the {CHECKPOINT} of an earlier run")
+        raise MiniBertError(f"{flag} {output}: {what}; choose another folder (or --resume to continue its run)")
+    return output
+
+
+def check_output_file(output, inputs, flag="--output"):
+    """A file a run writes (predictions, --json): not a file it reads, nor
+    inside one of its input folders or any model folder. Returns it as a Path."""
+    output = Path(output)
+    check_apart_from_inputs(flag, output, inputs)
+    check_not_in_model_folder(flag, output)
+    return output
+
+
+def file_identity(path):
+    """A data file as a resumed run compares it: its path, size and SHA-256
+    (a file edited in place keeps its path). None for no file."""
+    import hashlib
+    if path is None:
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return f"{path} ({Path(path).stat().st_size} bytes, sha256 {digest.hexdigest()[:16]})"
+
+
+def resume_from_checkpoint(output):
+    """--resume with a checkpoint to continue. A run killed before its first
+    checkpoint has none (its folder may already hold the first best epoch):
+    it starts again from step 0, and says so."""
+    if (Path(output) / CHECKPOINT).is_file():
+        return True
+    print(f"--resume: {output} holds no {CHECKPOINT} yet (the run stopped before its first one); starting "
+          f"from step 0")
+    return False

@@ -1,0 +1,138 @@
+"""Figures for the scripts' --plot FILE.png: pretraining curves, fine-tuning
+and distillation epochs, probe accuracy by layer.
+
+matplotlib is optional (`pip install -e .[plot]`): `require_matplotlib` says
+so before a run starts. Every plot_* function draws into a file only (the
+Agg backend, no window) and returns the matplotlib Figure. Nothing here is
+part of a lesson: the functions take the plain records the runs already
+return (history lists, epoch dicts, probe results), so they import no
+lesson module.
+"""
+
+from minibert.support.errors import MiniBertError
+
+INSTALL_HINT = "pip install -e .[plot], or pip install matplotlib"
+
+
+def require_matplotlib(flag="--plot"):
+    """Raise MiniBertError (naming `flag`) when matplotlib is not installed:
+    the scripts call this while reading their command line, so a long run
+    never ends without the figure it was asked for."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MiniBertError(f"{flag} needs matplotlib, which is not installed ({INSTALL_HINT})") from None
+
+
+def _pyplot(path):
+    require_matplotlib(f"--plot {path}")
+    import matplotlib
+    matplotlib.use("Agg")            # files only, no window
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(plt, figure, path):
+    figure.tight_layout()
+    try:
+        figure.savefig(path, bbox_inches="tight")
+    except (OSError, ValueError) as e:
+        raise MiniBertError(f"--plot {path}: cannot write the figure ({e})") from None
+    finally:
+        plt.close(figure)            # pyplot forgets it; the Figure itself stays readable
+    return figure
+
+
+def _legend_outside(axes):
+    """The legend under the axes (below the x label), where it covers no curve."""
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False, fontsize="small")
+
+
+def plot_pretraining(history, path, title="masked-LM pretraining"):
+    """train_mlm.py --plot: the training loss (left) and the masked-token
+    accuracy (right, percent: training steps and the held-out evaluations)
+    against the optimizer step. `history` is pretraining's summary["history"]:
+    records with "step" and "mlm_loss"/"mlm_accuracy" (and "nsp_"/"sop_"
+    terms), and the held-out records with "heldout_masked_accuracy"."""
+    plt = _pyplot(path)
+    figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for key, style in (("mlm", "-"), ("nsp", "--"), ("sop", "--")):
+        points = [(r["step"], r[f"{key}_loss"]) for r in history if f"{key}_loss" in r]
+        if points:
+            loss_axes.plot(*zip(*points), style, label=f"{key} loss (training)")
+        points = [(r["step"], r[f"{key}_accuracy"]) for r in history if f"{key}_accuracy" in r]
+        if points:
+            accuracy_axes.plot(*zip(*points), style, alpha=0.6, label=f"{key} accuracy (training)")
+    heldout = [(r["step"], r["heldout_masked_accuracy"]) for r in history if "heldout_masked_accuracy" in r]
+    if heldout:
+        accuracy_axes.plot(*zip(*heldout), "o-", color="black", label="masked accuracy (held out)")
+    loss_axes.set(xlabel="step", ylabel="cross-entropy (nats)", title=title)
+    accuracy_axes.set(xlabel="step", ylabel="accuracy (%)", title="masked-token accuracy")
+    accuracy_axes.set_ylim(bottom=0)
+    for axes in (loss_axes, accuracy_axes):
+        axes.grid(alpha=0.3)
+        _legend_outside(axes)
+    return _save(plt, figure, path)
+
+
+def epoch_curves(summary, metric):
+    """From a finetune.py or distill.py run's summary: {loss term: [(epoch,
+    mean loss)]} and [(epoch, metric)]. The loss of an epoch is the mean of
+    the logged `<term>_loss` values of its steps (summary["history"], every
+    log_every steps; epoch e holds steps (e-1) S + 1 .. e S for S =
+    summary["steps_per_epoch"]); the metric is the evaluation after each
+    epoch (summary["epochs_history"], empty without --eval)."""
+    per_epoch = summary["steps_per_epoch"]
+    sums = {}
+    for record in summary.get("history", []):
+        epoch = -(-record["step"] // per_epoch)                 # ceil: step S closes epoch 1
+        for key, value in record.items():
+            if key.endswith("_loss"):
+                total = sums.setdefault(key[:-len("_loss")], {}).setdefault(epoch, [0.0, 0])
+                total[0] += value
+                total[1] += 1
+    losses = {term: [(epoch, s / n) for epoch, (s, n) in sorted(by_epoch.items())] for term, by_epoch in sums.items()}
+    scores = [(epoch, metrics[metric]) for epoch, metrics in enumerate(summary.get("epochs_history") or [], 1)
+              if metrics.get(metric) is not None]
+    return losses, scores
+
+
+def plot_epochs(summary, path, metric, title):
+    """finetune.py and distill.py --plot: the mean training loss (left) and
+    the evaluation's main metric (right, percent) per epoch, from the run's
+    summary (see `epoch_curves`)."""
+    plt = _pyplot(path)
+    losses, scores = epoch_curves(summary, metric)
+    figure, (loss_axes, metric_axes) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for term, points in losses.items():
+        loss_axes.plot(*zip(*points), "o-", label=f"{term} loss (training)")
+    if scores:
+        metric_axes.plot(*zip(*scores), "o-", color="tab:green", label=f"{metric} (evaluation)")
+    loss_axes.set(xlabel="epoch", ylabel="loss", title=title)
+    metric_axes.set(xlabel="epoch", ylabel=f"{metric} (%)", title=f"{metric} after each epoch")
+    for axes in (loss_axes, metric_axes):
+        axes.grid(alpha=0.3)
+        axes.xaxis.get_major_locator().set_params(integer=True)
+        if axes.lines:
+            _legend_outside(axes)
+    return _save(plt, figure, path)
+
+
+def plot_probe(results, path, title="MLM head applied to every layer (Kao et al. 2020)"):
+    """probe.py and duplicate.py --probe --plot: top-1 (solid) and top-5
+    (dashed) accuracy against the hidden state, one pair of lines per result
+    (`results` maps a name to a probing.ProbeResult: its .layers have
+    .layer, .top1 and .top5, the last two fractions). The legend sits under
+    the axes, never over the curves."""
+    plt = _pyplot(path)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for name, result in results.items():
+        x = [r.layer for r in result.layers]
+        line, = axes.plot(x, [100 * r.top1 for r in result.layers], marker="o", label=f"{name} top-1")
+        axes.plot(x, [100 * r.top5 for r in result.layers], marker="o", linestyle="--", color=line.get_color(),
+                  label=f"{name} top-5")
+    axes.set(xlabel="hidden state (0 = embeddings)", ylabel="input tokens reconstructed (%)", ylim=(0, 100),
+             title=title)
+    axes.grid(alpha=0.3)
+    _legend_outside(axes)
+    return _save(plt, figure, path)

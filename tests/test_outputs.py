@@ -1,0 +1,73 @@
+"""minibert.support.outputs: no run writes over a model folder of any kind,
+nor over what it reads, unless it is the same run resuming in its own folder.
+(The scripts' use of it: test_finetune.py and test_distill.py.)"""
+
+import pytest
+
+from minibert.support.errors import MiniBertError
+from minibert.support.outputs import (check_output_file, check_training_output, enclosing_model_folder, file_identity,
+                                      model_files)
+
+
+def make_folder(path, *names):
+    path.mkdir(parents=True)
+    for name in names:
+        (path / name).write_text("{}")
+    return path
+
+
+def test_model_folders_are_recognised_by_their_files_not_by_a_lone_json(tmp_path):
+    assert model_files(make_folder(tmp_path / "hf", "config.json", "model.safetensors", "vocab.txt")) == \
+        ["config.json", "model.safetensors"]
+    assert model_files(make_folder(tmp_path / "tf", "bert_config.json", "vocab.txt")) == ["bert_config.json"]
+    assert model_files(make_folder(tmp_path / "st", "student.json", "student.safetensors")) == \
+        ["student.json", "student.safetensors"]
+    assert model_files(make_folder(tmp_path / "results", "student.json", "config.json")) == []   # any program's JSON
+    assert model_files(tmp_path / "missing") == []
+    assert enclosing_model_folder(tmp_path / "hf" / "a" / "b") == (tmp_path / "hf").resolve()
+    assert enclosing_model_folder(tmp_path / "results" / "x") is None
+
+
+@pytest.mark.parametrize("files,resume,fragment", [
+    (("config.json", "model.safetensors", "vocab.txt"), False, "holds a pretrained model"),
+    (("config.json", "model.safetensors", "vocab.txt"), True, "holds a pretrained model"),
+    (("student.json", "student.safetensors", "vocab.txt"), True, "holds a distilled student"),
+    (("task.json", "config.json", "model.safetensors"), False, "already holds a fine-tuned model"),
+    (("checkpoint.pt",), False, "holds the checkpoint.pt of an earlier run"),
+])
+def test_a_training_output_that_holds_a_model_is_refused(tmp_path, files, resume, fragment):
+    output = make_folder(tmp_path / "out", *files)
+    with pytest.raises(MiniBertError, match=fragment):
+        check_training_output(output, "task.json", {}, resume=resume)
+
+
+def test_the_same_run_may_resume_in_its_own_folder(tmp_path):
+    first_epoch = make_folder(tmp_path / "a", "task.json", "config.json", "model.safetensors", "vocab.txt")
+    assert check_training_output(first_epoch, "task.json", {}, resume=True) == first_epoch
+    checkpoint_only = make_folder(tmp_path / "b", "checkpoint.pt")
+    assert check_training_output(checkpoint_only, "task.json", {}, resume=True) == checkpoint_only
+    assert check_training_output(tmp_path / "new", "task.json", {}) == tmp_path / "new"
+
+
+def test_outputs_apart_from_the_inputs_and_outside_model_folders(tmp_path):
+    model = make_folder(tmp_path / "model", "config.json", "model.safetensors", "vocab.txt")
+    data = tmp_path / "dev.tsv"
+    data.write_text("sentence\tlabel\n")
+    inputs = {"--model": model, "--predict": data, "--eval": None, "--teacher": "a-hub-name"}
+    for output, fragment in [(model, "is the --model"), (model / "sub", "lies inside the --model folder"),
+                             (data, "is the --predict")]:
+        with pytest.raises(MiniBertError, match=fragment):
+            check_training_output(output, "task.json", inputs) if output != data else \
+                check_output_file(output, inputs)
+    with pytest.raises(MiniBertError, match="lies inside the model folder"):
+        check_output_file(model / "config.json", {}, flag="--json")
+    assert check_output_file(tmp_path / "preds.jsonl", inputs) == tmp_path / "preds.jsonl"
+
+
+def test_file_identity_changes_with_the_content_at_the_same_path(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("a\t1\n")
+    before = file_identity(path)
+    path.write_text("a\t0\n")
+    assert before.startswith(f"{path} (4 bytes, sha256 ") and file_identity(path) != before
+    assert file_identity(None) is None

@@ -1,0 +1,80 @@
+"""The --plot figures (minibert/support/plots.py): the per-epoch curves worked
+out from a run's summary, matplotlib's absence reported as one line, and
+each figure written as a PNG with its legend clear of the curves (these
+skip where matplotlib is not installed)."""
+
+import importlib.util
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from minibert.support.errors import MiniBertError
+from minibert.support.plots import epoch_curves, require_matplotlib
+
+PNG = b"\x89PNG\r\n\x1a\n"
+needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                                      reason="matplotlib is not installed (pip install -e .[plot])")
+
+# A run of 2 epochs of 4 steps, logged every 2 steps, evaluated after each epoch.
+SUMMARY = {"steps_per_epoch": 4,
+           "history": [{"step": 2, "classification_loss": 0.8, "classification_accuracy": 50.0},
+                       {"step": 4, "classification_loss": 0.6, "classification_accuracy": 60.0},
+                       {"step": 6, "classification_loss": 0.5, "classification_accuracy": 70.0},
+                       {"step": 8, "classification_loss": 0.3, "classification_accuracy": 80.0}],
+           "epochs_history": [{"accuracy": 71.5}, {"accuracy": 78.25}]}
+
+
+def test_epoch_curves_average_the_logged_loss_of_each_epoch():
+    losses, scores = epoch_curves(SUMMARY, "accuracy")
+    assert losses == {"classification": [(1, pytest.approx(0.7)), (2, pytest.approx(0.4))]}
+    assert scores == [(1, 71.5), (2, 78.25)]
+    assert epoch_curves({**SUMMARY, "epochs_history": []}, "accuracy")[1] == []     # no --eval: no metric
+
+
+def test_missing_matplotlib_is_one_line_naming_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)          # as if it were not installed
+    with pytest.raises(MiniBertError, match=r"--plot needs matplotlib.*pip install -e \.\[plot\]"):
+        require_matplotlib()
+
+
+def legend_clear_of_curves(figure):
+    """Whether no legend of `figure` overlaps the plotting area of any axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    renderer = FigureCanvasAgg(figure).get_renderer()            # the figure was closed after saving
+    legends = [axes.get_legend() for axes in figure.axes if axes.get_legend() is not None]
+    assert legends
+    return not any(legend.get_window_extent(renderer).overlaps(axes.get_window_extent(renderer))
+                   for legend in legends for axes in figure.axes)
+
+
+@needs_matplotlib
+def test_probe_plot_legend_never_covers_the_curves(tmp_path):
+    from minibert.support.plots import plot_probe
+    layers = [SimpleNamespace(layer=i, top1=0.9 - 0.1 * i, top5=0.95 - 0.05 * i) for i in range(7)]
+    results = {"original": SimpleNamespace(layers=layers[:5]), "deeper (7 layers)": SimpleNamespace(layers=layers)}
+    figure = plot_probe(results, tmp_path / "probe.png")
+    assert (tmp_path / "probe.png").read_bytes()[:8] == PNG
+    assert [text.get_text() for text in figure.axes[0].get_legend().get_texts()] == [
+        "original top-1", "original top-5", "deeper (7 layers) top-1", "deeper (7 layers) top-5"]
+    assert legend_clear_of_curves(figure)
+
+
+@needs_matplotlib
+def test_epoch_and_pretraining_plots_are_pngs(tmp_path):
+    from minibert.support.plots import plot_epochs, plot_pretraining
+    figure = plot_epochs(SUMMARY, tmp_path / "epochs.png", "accuracy", "sst2")
+    assert (tmp_path / "epochs.png").read_bytes()[:8] == PNG and legend_clear_of_curves(figure)
+    history = [{"step": 10, "mlm_loss": 7.5, "mlm_accuracy": 3.0}, {"step": 20, "mlm_loss": 6.0, "mlm_accuracy": 9.0},
+               {"step": 20, "heldout_masked_accuracy": 8.5, "heldout_perplexity": 400.0, "heldout_masked_tokens": 99}]
+    figure = plot_pretraining(history, tmp_path / "mlm.png")
+    assert (tmp_path / "mlm.png").read_bytes()[:8] == PNG and legend_clear_of_curves(figure)
+    accuracy_axes = figure.axes[1]
+    assert [list(line.get_ydata()) for line in accuracy_axes.lines] == [[3.0, 9.0], [8.5]]
+
+
+@needs_matplotlib
+def test_a_plot_into_a_missing_folder_is_a_one_line_error(tmp_path):
+    from minibert.support.plots import plot_epochs
+    with pytest.raises(MiniBertError, match="cannot write the figure"):
+        plot_epochs(SUMMARY, tmp_path / "no" / "such" / "folder" / "epochs.png", "accuracy", "sst2")
