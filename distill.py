@@ -140,9 +140,9 @@ train.add_argument("--resume", action="store_true", help="continue from OUTPUT/c
 train.add_argument("--max-minutes", type=cli.positive_float,
                    help="stop (with a checkpoint; --resume continues) after this much training time")
 train.add_argument("--keep-checkpoint", action="store_true",
-                   help="keep OUTPUT/checkpoint.pt after the run has finished (the student's weights and the "
-                        "optimizer's state); by default it is removed once the student is saved (a run stopped by "
-                        "--max-minutes always keeps it, to --resume)")
+                   help="keep OUTPUT/checkpoint.pt after the run has finished (three times the student's size: the "
+                        "weights and the optimizer's two running averages); by default it is removed once the "
+                        "student is saved (a run stopped by --max-minutes always keeps it, to --resume)")
 train.add_argument("--bf16", action="store_true",
                    help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX) for the teacher's and the student's "
                         "forward passes; weights stay float32 (as finetune.py --bf16; without it, float32 "

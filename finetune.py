@@ -90,7 +90,8 @@ train.add_argument("--seed", type=cli.seed, default=0, help="random seed (data o
 train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
 train.add_argument("--bf16", action="store_true",
-                   help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX); weights stay float32")
+                   help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX); weights stay float32 (without it, "
+                        "float32 throughout, as train_mlm.py and distill.py --bf16)")
 train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
 train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint) after this much time")
 train.add_argument("--keep-checkpoint", action="store_true",

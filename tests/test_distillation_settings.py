@@ -35,3 +35,8 @@ def test_a_run_that_cannot_work_fails_before_any_work(tmp_path):
                   CLASSIFICATION)
     with pytest.raises(MiniBertError, match="--optimizer 'sgd': expected adadelta or adam"):
         check_run(DistillationSettings(optimizer="sgd", alpha=1.0), make_task("sst2"), False, False, CLASSIFICATION)
+
+
+def test_bf16_is_off_unless_asked_and_survives_resolving():
+    assert DistillationSettings().resolved(make_task("sst2"), with_teacher=True).bf16 is False
+    assert DistillationSettings(bf16=True).resolved(make_task("mrpc"), with_teacher=False).bf16 is True

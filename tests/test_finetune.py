@@ -225,7 +225,7 @@ def test_the_same_run_may_resume_in_its_own_folder_even_before_its_first_checkpo
     assert code == 0, captured.err
     (tmp_path / "out" / "checkpoint.pt").unlink()          # as if killed while writing it
     code, captured = run_script_in_process(capsys, "finetune.py", *args, "--resume")
-    assert code == 0 and "holds no checkpoint.pt yet" in captured.out, captured.err
+    assert code == 0 and "holds no checkpoint.pt (the run stopped before its first one" in captured.out, captured.err
 
 
 # ----------------------------------------------------------------------------

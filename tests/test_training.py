@@ -21,8 +21,9 @@ import torch.nn.functional as F
 
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
-from minibert.training import (Context, TrainingConfig, load_checkpoint, make_optimizer, process_is_alive,
-                               remove_stale_temporary_files, rows_for_rank, train, warmup_then_linear_decay)
+from minibert.training import (Context, TrainingConfig, evaluation_line, load_checkpoint, make_optimizer,
+                               process_is_alive, remove_stale_temporary_files, rows_for_rank, train,
+                               warmup_then_linear_decay)
 from tiny_models import small_config
 
 CPU = Context(torch.device("cpu"))
@@ -331,6 +332,18 @@ def test_evaluate_runs_every_eval_every_steps_and_after_the_last(tmp_path):
     held_out = [(r["step"], r["heldout_score"]) for r in summary["history"] if "heldout_score" in r]
     assert held_out == [(3, 1.0), (6, 2.0), (7, 3.0)]
     assert summary["heldout"] == {"score": 3.0}
+
+
+def test_an_evaluation_line_names_the_set_with_counts_as_integers_and_percentages_to_two_decimals():
+    metrics = {"f1": 0.0, "accuracy": 87.5, "masked_loss": 2.345678, "masked_tokens": 39699, "per_type": {}}
+    assert evaluation_line(30, "dev.tsv", metrics) == ("step 30: dev.tsv f1 0.00, dev.tsv accuracy 87.50, "
+                                                       "dev.tsv masked_loss 2.346, dev.tsv masked_tokens 39,699")
+
+
+def test_the_evaluation_line_is_printed_under_the_configured_name(tmp_path, capsys):
+    run(tiny_model(), toy_batches(2), tmp_path / "checkpoint.pt", total_steps=2, eval_every=2,
+        evaluate=lambda model: {"accuracy": 50.0}, eval_name="dev.tsv")
+    assert "step 2: dev.tsv accuracy 50.00" in capsys.readouterr().out.splitlines()
 
 
 def test_max_minutes_stops_after_the_step_that_ran_out_of_time_with_a_checkpoint(tmp_path):

@@ -124,10 +124,11 @@ def file_identity(path):
 
 def resume_from_checkpoint(output):
     """--resume with a checkpoint to continue. A run killed before its first
-    checkpoint has none (its folder may already hold the first best epoch):
-    it starts again from step 0, and says so."""
+    checkpoint has none (its folder may already hold the first best epoch),
+    nor has a finished run, which removes it (unless --keep-checkpoint): it
+    starts again from step 0, and says so."""
     if (Path(output) / CHECKPOINT).is_file():
         return True
-    print(f"--resume: {output} holds no {CHECKPOINT} yet (the run stopped before its first one); starting "
-          f"from step 0")
+    print(f"--resume: {output} holds no {CHECKPOINT} (the run stopped before its first one, or finished and "
+          f"removed it); starting from step 0")
     return False
