@@ -145,6 +145,7 @@ def _check_arguments(p_mask, p_pos, p_ng, max_n):
 
 def _fate(word, u, lexicon, p_mask, p_pos, rng):
     """(new word, whether it was masked or replaced) for a draw u ~ U(0, 1)."""
+    # exercise: augment-mask-pos
     if u < p_mask:
         return MASK, True
     tag = lexicon.tag_of(word)
@@ -152,6 +153,7 @@ def _fate(word, u, lexicon, p_mask, p_pos, rng):
         # may draw the word itself; the authors' code counts it as replaced too
         return lexicon.sample(tag, rng), True
     return word, False
+    # end exercise
 
 
 def _ngram(words, rng, max_n):

@@ -216,12 +216,14 @@ def log_bucket(r, position_buckets, max_relative_positions):
     wider buckets, so 2 * position_buckets rows cover distances up to M.
     The arithmetic is float32 in the same order as the released code: ceil()
     of a ratio that is exactly an integer (|r| = M - 1) must not round up."""
+    # exercise: log-bucket
     m = position_buckets // 2
     far = r.abs() > m
     distance = torch.where(far, r.abs(), torch.full_like(r, m))        # m where unused: no log(0)
     ratio = torch.log(distance / m) / torch.log(torch.tensor((max_relative_positions - 1) / m))
     bucket = torch.ceil(ratio * (m - 1)) + m
     return torch.where(far, torch.sign(r) * bucket.long(), r)
+    # end exercise
 
 
 def relative_index(T, config, device=None):
@@ -291,6 +293,7 @@ def relative_scores_gathered(q, k, K_r, Q_r, delta):
     times slower on a CPU): p2c scores every key j against every row,
     K_j . Q_r[row], picks row delta(i, j) with the transposed index, and is
     transposed back."""
+    # exercise: c2p-p2c
     B, A, T, _ = q.shape
     c2p = p2c = 0.0
     if K_r is not None:
@@ -301,6 +304,7 @@ def relative_scores_gathered(q, k, K_r, Q_r, delta):
         by_key = delta.transpose(0, 1).contiguous().expand(B, A, T, T)     # [j, i] = delta(i, j)
         p2c = every_row.gather(-1, by_key).transpose(-1, -2)               # [i, j] = every_row[j, delta(i, j)]
     return c2p + p2c
+    # end exercise
 
 
 def pairwise_mask(attention_mask):

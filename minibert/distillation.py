@@ -208,6 +208,7 @@ def distillation_loss(z_student, z_teacher, labels, alpha):
     (IGNORE_INDEX): only L_distill sees it. Returns (L, sums): each weighted
     term summed over the batch (a term of weight 0 left out); training.train
     divides each sum by `averaged_over` for its whole step, which is L."""
+    # exercise: distillation-loss
     sums = {}
     if alpha < 1:      # the paper's squared distance divided by K, as torch's MSE and the authors' code compute it
         squared_distance = ((z_student - z_teacher) ** 2).mean(-1)        # (B,): (1/K) ||z^(B) - z^(S)||^2
@@ -216,6 +217,7 @@ def distillation_loss(z_student, z_teacher, labels, alpha):
         sums["gold"] = alpha * F.cross_entropy(z_student, labels, ignore_index=IGNORE_INDEX, reduction="sum")
     counts = averaged_over(labels, alpha)
     return sum(sums[term] / max(counts[term], 1) for term in sums), sums     # L: each sum over its count
+    # end exercise
 
 
 def averaged_over(labels, alpha):

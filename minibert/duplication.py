@@ -110,13 +110,31 @@ def deepen_bert(model, order, tied=False):
     check_indices(order, len(plan), "--order")
     sources = [plan[depth] for depth in order]       # distinct source layer run at each new depth
     if tied:
-        distinct = list(dict.fromkeys(sources))      # each source layer once, in order of first use
-        layer_order = [distinct.index(s) for s in sources]
-        if layer_order == list(range(len(order))):   # nothing repeats: an ordinary BERT
-            layer_order = None
+        distinct, layer_order = tied_layers(sources)
     else:
-        distinct, layer_order = sources, None
-    new_config = dataclasses.replace(config, num_hidden_layers=len(order), layer_order=layer_order,
+        distinct, layer_order = sources, None         # untied: every new depth its own copy
+    return copy_layers(model, len(order), distinct, layer_order)
+
+
+def tied_layers(sources):
+    """Tied: the distinct source layers, each once in order of first use, and
+    the `layer_order` that runs them at every new depth (None when nothing
+    repeats). tied_layers([0, 0, 1, 2]) -> ([0, 1, 2], [0, 0, 1, 2])."""
+    # exercise: duplicate-tied
+    distinct = list(dict.fromkeys(sources))      # each source layer once, in order of first use
+    layer_order = [distinct.index(s) for s in sources]
+    if layer_order == list(range(len(sources))):   # nothing repeats: an ordinary BERT
+        layer_order = None
+    return distinct, layer_order
+    # end exercise
+
+
+def copy_layers(model, num_layers, distinct, layer_order=None):
+    """A new BERT of `num_layers` depths whose distinct layers are copies of
+    the source layers `distinct` (new layer i <- source layer distinct[i]),
+    run in `layer_order` (None: each once, in order: the untied scheme)."""
+    # exercise: duplicate-untied
+    new_config = dataclasses.replace(model.config, num_hidden_layers=num_layers, layer_order=layer_order,
                                      num_hidden_groups=len(distinct) if layer_order is not None else None)
     deeper = BertModel(new_config, **heads_of(model))
     copy_outside_encoder(model, deeper)
@@ -124,6 +142,7 @@ def deepen_bert(model, order, tied=False):
         # load_state_dict copies the values: the new layer owns its storage.
         deeper.encoder.layers[new_index].load_state_dict(model.encoder.layers[source_index].state_dict())
     return deeper.eval()
+    # end exercise
 
 
 def repeat_albert(model, k):

@@ -45,8 +45,13 @@ class OutputLayer(nn.Module):
         nn.init.zeros_(self.classifier.bias)
 
     def forward(self, output):
-        h = output.last_hidden_state if self.per_token else output.pooled_output   # (B, T, H) or (B, H)
-        return self.classifier(self.dropout(h))                                     # (B, T, K) or (B, K)
+        # exercise: classification-head
+        if self.per_token:
+            h = output.last_hidden_state         # (B, T, H): every token's final vector T_i
+        else:
+            h = output.pooled_output             # (B, H): the pooled [CLS] vector C
+        return self.classifier(self.dropout(h))  # W dropout(h) + b: (B, T, K) or (B, K)
+        # end exercise
 
 
 class SpanHead(nn.Module):

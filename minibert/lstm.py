@@ -81,6 +81,7 @@ def lstm_cell(x_t, h, c, weight_ih, weight_hh, bias_ih, bias_hh):
     x_t (B, I), h and c (B, H); weight_ih (4H, I), weight_hh (4H, H), the
     biases (4H,), each stacked in torch.nn.LSTM's row order i, f, g, o.
     Returns the new (h, c), each (B, H)."""
+    # exercise: lstm-gates
     W_ii, W_if, W_ig, W_io = weight_ih.chunk(4, dim=0)     # each (H, I)
     W_hi, W_hf, W_hg, W_ho = weight_hh.chunk(4, dim=0)     # each (H, H)
     b_ii, b_if, b_ig, b_io = bias_ih.chunk(4, dim=0)       # each (H,)
@@ -94,6 +95,7 @@ def lstm_cell(x_t, h, c, weight_ih, weight_hh, bias_ih, bias_hh):
     c = f * c + i * g            # keep part of the old memory, write part of the new
     h = o * torch.tanh(c)        # show part of the memory
     return h, c
+    # end exercise
 
 
 # ----------------------------------------------------------------------------

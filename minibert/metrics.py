@@ -97,6 +97,7 @@ def exact_match_score(prediction, ground_truth):
 
 def _overlap_f1(prediction_tokens, gold_tokens):
     """F1 of the multiset overlap of two token lists; 0 when nothing overlaps."""
+    # exercise: squad-f1
     common = collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)
     num_same = sum(common.values())
     if num_same == 0:
@@ -104,6 +105,7 @@ def _overlap_f1(prediction_tokens, gold_tokens):
     precision = 1.0 * num_same / len(prediction_tokens)
     recall = 1.0 * num_same / len(gold_tokens)
     return (2 * precision * recall) / (precision + recall)
+    # end exercise
 
 
 def f1_score(prediction, ground_truth):
@@ -352,6 +354,7 @@ def conll_chunks(tags):
 
         ["B-PER", "I-PER", "O", "I-LOC"] -> [("PER", 0, 1), ("LOC", 3, 3)]
     """
+    # exercise: conll-chunks
     chunks, start, previous = [], None, "O"
     for position, tag in enumerate(list(tags) + ["O"]):   # the final O closes a chunk at the sentence end
         if ends_chunk(previous, tag):
@@ -360,6 +363,7 @@ def conll_chunks(tags):
             start = position
         previous = tag
     return chunks
+    # end exercise
 
 
 def _precision_recall_f1(correct, predicted, gold):

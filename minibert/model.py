@@ -121,7 +121,16 @@ class BertConfig:
         if self.layer_order is not None:
             return list(self.layer_order)
         L, G = self.num_hidden_layers, self.num_groups
-        return [l * G // L for l in range(L)]
+        if G == L:
+            return list(range(L))                 # BERT: a distinct group at every depth
+        # exercise: albert-depth-plan
+        # ALBERT: G groups share the L depths in G equal runs, in order
+        # (depth l runs group floor(l * G / L)).
+        plan = []
+        for l in range(L):
+            plan.append(l * G // L)
+        return plan
+        # end exercise
 
     def validate(self):
         """Each field's type and range, or a MiniBertError naming the field
@@ -150,14 +159,26 @@ def gelu(x):
     early 2019) later switched modeling.gelu to the tanh approximation below.
     Hugging Face runs every BERT checkpoint with the erf form, and so do we
     (docs/formats.md 1.2)."""
+    # exercise: gelu-erf
+    # The standard normal CDF through the error function:
+    #   Phi(x) = (1 + erf(x / sqrt 2)) / 2
+    # and GELU(x) = x Phi(x): each input is scaled by the probability that a
+    # standard normal variable lies below it.
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    # end exercise
 
 
 def gelu_tanh(x):
     """The tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
     which ALBERT's modeling.py calls "gelu" and Hugging Face calls "gelu_new"
     (docs/formats.md 2.2). It differs from the exact form by at most 4.8e-4 (near x = 2.7)."""
+    # exercise: gelu-tanh
+    # The same x Phi(x), with a cheaper curve for the normal CDF:
+    # Phi(x) is close to (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2, so
+    # GELU(x) = x Phi(x) is close to the expression below (Hendrycks & Gimpel
+    # 2016, section 2).
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    # end exercise
 
 
 # hidden_act name -> (PyTorch's fused kernel, the formula written out above).
@@ -193,9 +214,13 @@ def layer_norm(x, weight, bias, eps):
     LN(x) = (x - mean) / sqrt(var + eps) * gamma + beta. The variance is the
     biased one (divide by H, not H - 1) and eps sits inside the square root,
     as in TF's layer_norm that BERT was trained with."""
-    mean = x.mean(dim=-1, keepdim=True)
-    variance = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-    return (x - mean) / torch.sqrt(variance + eps) * weight + bias
+    # exercise: layer-norm
+    # Statistics over the H numbers of each vector (the last dimension):
+    mean = x.mean(dim=-1, keepdim=True)                          # (..., 1)
+    variance = ((x - mean) ** 2).mean(dim=-1, keepdim=True)      # biased: divide by H
+    normalized = (x - mean) / torch.sqrt(variance + eps)         # mean 0, variance 1 over the last dimension
+    return normalized * weight + bias                            # gamma, then beta
+    # end exercise
 
 
 class LayerNorm(nn.LayerNorm):
@@ -244,6 +269,7 @@ class Embeddings(nn.Module):
             # embedding for position T - 1 (a model cannot read longer text).
             raise MiniBertError(f"input of {T} tokens is longer than the model's max_position_embeddings "
                                 f"({self.max_positions}); truncate it to {self.max_positions} tokens")
+        # exercise: embeddings-sum
         positions = torch.arange(T, device=input_ids.device)
         x = (self.word_embeddings(input_ids)            # (B, T, E)
              + self.position_embeddings(positions)        # (T, E), broadcast over B
@@ -252,6 +278,7 @@ class Embeddings(nn.Module):
         if self.projection is not None:
             x = self.projection(x)                        # (B, T, E) -> (B, T, H)
         return x
+        # end exercise
 
 
 # ----------------------------------------------------------------------------
@@ -262,8 +289,13 @@ class Embeddings(nn.Module):
 def split_heads(x, num_heads):
     """(B, T, H) -> (B, A, T, D): each head sees its own D = H / A slice of
     every vector (columns h*D .. (h+1)*D - 1 of the projection belong to head h)."""
+    # exercise: split-merge-heads
     B, T, H = x.shape
-    return x.view(B, T, num_heads, H // num_heads).transpose(1, 2)
+    A = num_heads
+    D = H // A                                    # head size
+    x = x.view(B, T, A, D)                        # (B, T, H) -> (B, T, A, D): cut each vector into A slices
+    return x.transpose(1, 2)                      # (B, A, T, D): one (T, D) matrix per head
+    # end exercise
 
 
 def merge_heads(x):
@@ -282,10 +314,14 @@ def attention(q, k, v, attention_bias, dropout_p=0.0):
     -10000 for padding. Dropout falls on the attention probabilities
     themselves, as in Google's attention_layer ("dropping out entire tokens
     to attend to")."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + attention_bias  # (B, A, T, T)
+    # exercise: attention
+    D = q.shape[-1]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(D)   # (B, A, T, T): query i against key j
+    scores = scores + attention_bias                  # padding keys get -10000
     probs = scores.softmax(dim=-1)                    # each query's weights over the keys sum to 1
     probs = F.dropout(probs, p=dropout_p)
     return probs @ v                                  # (B, A, T, D): weighted sum of the values
+    # end exercise
 
 
 class SelfAttention(nn.Module):
@@ -333,7 +369,13 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(config.intermediate_size, config.hidden_size)   # I -> H (Google: output/dense)
 
     def forward(self, x):
-        return self.w2(self.activation(self.w1(x)))      # (B, T, H) -> (B, T, I) -> (B, T, H)
+        # exercise: feed-forward
+        # The same two linear maps at every position: nothing mixes positions
+        # here (attention did that); the inner size I is 4H in BERT.
+        h = self.w1(x)                                   # (B, T, H) -> (B, T, I)
+        h = self.activation(h)                           # GELU, one number at a time
+        return self.w2(h)                                # (B, T, I) -> (B, T, H)
+        # end exercise
 
 
 class TransformerLayer(nn.Module):
@@ -477,7 +519,13 @@ def padding_bias(attention_mask, dtype):
     0 for real tokens, -10000 for padding, added to every query's scores so
     that after the softmax no position attends to padding (Google's
     modeling.py uses -10000 rather than -inf; exp(-10000) is 0 in float32)."""
-    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * -10000.0
+    # exercise: padding-mask
+    # One row of biases per sequence, shared by every head and every query:
+    mask = attention_mask[:, None, None, :]           # (B, T) -> (B, 1, 1, T)
+    mask = mask.to(dtype)                             # 1.0 real, 0.0 padding
+    is_padding = 1.0 - mask                           # 1.0 where the key is padding
+    return is_padding * -10000.0                      # 0 for real tokens, -10000 for padding
+    # end exercise
 
 
 class BertModel(nn.Module):

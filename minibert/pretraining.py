@@ -57,12 +57,14 @@ def masked_lm_loss(model, batch):
     of the original word piece at each chosen position (mlm_labels != IGNORE_INDEX),
     summed, and how many of them the argmax got right. Sums, not means: the
     caller divides by the count over the whole step (see training.py)."""
+    # exercise: mlm-loss
     positions = batch["mlm_labels"] != IGNORE_INDEX
     output = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                    token_type_ids=batch["token_type_ids"], mlm_positions=positions)
     labels = batch["mlm_labels"][positions]
     logits = output.mlm_logits.float()                       # (N, V), N = chosen positions
     return (F.cross_entropy(logits, labels, reduction="sum"), (logits.argmax(-1) == labels).sum()), output
+    # end exercise
 
 
 class MaskedLMObjective:

@@ -270,6 +270,7 @@ def corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, gene
     vocab_size - 1, never a special token) with 0.1, and stays unchanged with
     0.1. The model cannot tell which of its inputs were replaced, so it must
     keep a good representation of every token, not just of [MASK]."""
+    # exercise: mlm-masking
     corrupted = input_ids.clone()
     roll = torch.rand(input_ids.shape, generator=generator)                    # one uniform draw per position
     random_ids = torch.randint(first_normal_id, vocab_size, input_ids.shape, generator=generator)
@@ -277,6 +278,7 @@ def corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, gene
     use_random = chosen & (roll >= 0.8) & (roll < 0.9)                          # 10%: a random token
     corrupted[use_random] = random_ids[use_random]
     return corrupted                                                            # 10%: unchanged
+    # end exercise
 
 
 class PretrainingBatches:

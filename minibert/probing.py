@@ -131,6 +131,7 @@ class Score:
 
     def add(self, logits, targets):
         """logits (N, V), targets (N,). Returns the top-1 predictions (N,)."""
+        # exercise: reconstruction-score
         k = min(5, logits.shape[-1])
         top = logits.topk(k, dim=-1).indices                  # (N, k), best first
         self.top1 += (top[:, 0] == targets).sum().item()
@@ -138,6 +139,7 @@ class Score:
         self.cross_entropy += F.cross_entropy(logits.float(), targets, reduction="sum").item()
         self.tokens += len(targets)
         return top[:, 0]
+        # end exercise
 
     def summary(self):
         n = max(self.tokens, 1)

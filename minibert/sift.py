@@ -195,10 +195,13 @@ def ascent_step(delta, grad, step_size):
     vector (deberta.md section 5, step 4): every token moves by at most eta
     per coordinate, whatever the gradient's scale. A NaN or infinite gradient
     (an overflow) skips the step, as the official code does."""
+    # exercise: sift-perturbation
     if not torch.isfinite(grad).all():
         return delta
-    largest = grad.abs().amax(dim=-1, keepdim=True)               # (B, T, 1)
-    return delta + step_size * grad / (GRADIENT_EPS + largest)      # (B, T, E)
+    largest = grad.abs().amax(dim=-1, keepdim=True)               # (B, T, 1): max_e |g| per token
+    step = step_size * grad / (GRADIENT_EPS + largest)            # (B, T, E): at most eta per coordinate
+    return delta + step
+    # end exercise
 
 
 # ----------------------------------------------------------------------------

@@ -210,12 +210,14 @@ def split_on_punctuation(word):
 
 def basic_tokenize(text, do_lower_case):
     """Google's BasicTokenizer.tokenize: text -> words and punctuation marks."""
+    # exercise: basic-tokenizer
     text = tokenize_chinese_chars(clean_text(text))
     if do_lower_case:
         # Google lower-cases first, then strips accents; `tokenizers` strips
         # first. Either order gives the same text for every character.
         text = lower_case(run_strip_accents(text))
     return [piece for word in text.split() for piece in split_on_punctuation(word)]
+    # end exercise
 
 
 def wordpiece(word, vocab):
@@ -224,6 +226,7 @@ def wordpiece(word, vocab):
     "##"-piece of the rest, and so on: "unaffable" -> "un" "##aff" "##able".
     A word that cannot be cut this way, or longer than
     MAX_INPUT_CHARS_PER_WORD, becomes one [UNK]."""
+    # exercise: wordpiece
     if len(word) > MAX_INPUT_CHARS_PER_WORD:
         return [UNK]
     pieces, start = [], 0
@@ -240,6 +243,7 @@ def wordpiece(word, vocab):
         pieces.append(piece)
         start = end
     return pieces
+    # end exercise
 
 
 def written_out_tokenize(text, vocab, do_lower_case=True):

@@ -95,11 +95,13 @@ def make_optimizer(model, learning_rate, weight_decay=0.01, betas=(0.9, 0.999), 
 def warmup_then_linear_decay(optimizer, warmup_steps, total_steps):
     """Learning rate rises linearly from 0 over `warmup_steps`, then falls
     linearly to 0 at `total_steps` (BERT's schedule)."""
+    # exercise: lr-schedule
     def factor(step):
         if step < warmup_steps:
             return (step + 1) / max(1, warmup_steps)
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    # end exercise
 
 
 # ----------------------------------------------------------------------------

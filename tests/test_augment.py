@@ -236,3 +236,30 @@ def test_bad_arguments_are_named(lexicon, arguments, message):
 def test_pairs_of_unequal_length_are_an_error(lexicon):
     with pytest.raises(MiniBertError, match="texts_b: 1 second sentences for 4 first sentences"):
         transfer_set(SENTENCES, SECOND[:1], lexicon=lexicon)
+
+
+# ---- coursework exercise: augment-mask-pos ------------------------------------------------------
+
+
+def test_exercise_augment_mask_pos_masks_replaces_or_keeps_one_word():
+    from minibert.augment import _fate
+    lexicon = PosLexicon({"cat": {"NN": 3}, "dog": {"NN": 1}, "runs": {"VBZ": 2}})
+    rng = np.random.default_rng(0)
+    assert _fate("cat", 0.05, lexicon, 0.1, 0.1, rng) == (MASK, True)          # u < p_mask
+    assert _fate("zebra", 0.05, lexicon, 0.1, 0.1, rng) == (MASK, True)        # masking needs no tag
+    assert _fate("cat", 0.5, lexicon, 0.1, 0.1, rng) == ("cat", False)         # u >= p_mask + p_pos: kept
+    assert _fate("zebra", 0.15, lexicon, 0.1, 0.1, rng) == ("zebra", False)    # no tag: kept
+    assert _fate("runs", 0.1, lexicon, 0.1, 0.1, rng) == ("runs", True)        # the only VBZ word
+    # replaced by a word of the same tag, drawn from the lexicon with the same generator
+    draws = [_fate("dog", 0.15, lexicon, 0.1, 0.1, np.random.default_rng(seed)) for seed in range(40)]
+    expected = [lexicon.sample("NN", np.random.default_rng(seed)) for seed in range(40)]
+    assert draws == [(word, True) for word in expected]
+    assert {word for word, _ in draws} == {"cat", "dog"}
+
+
+def test_exercise_augment_mask_pos_with_no_replacement_probability():
+    from minibert.augment import _fate
+    lexicon = PosLexicon({"cat": {"NN": 1}, "dog": {"NN": 1}})
+    rng = np.random.default_rng(0)
+    assert _fate("cat", 0.3, lexicon, 0.3, 0.0, rng) == ("cat", False)         # u == p_mask: not masked
+    assert _fate("cat", 0.29, lexicon, 0.3, 0.0, rng) == (MASK, True)

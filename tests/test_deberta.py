@@ -557,3 +557,55 @@ def test_written_out_path_and_fused_kernel_give_the_same_gradients(shape):
     assert fused.keys() == written.keys()
     for name in fused:
         assert_close(fused[name], written[name], f"gradient of {name}")
+
+
+# ---- coursework exercises: log-bucket, c2p-p2c --------------------------------------------------
+
+
+def test_exercise_log_bucket_by_hand():
+    # m = 4, M = 32: |r| <= 4 keeps r; beyond, 4 + ceil(3 ln(|r| / 4) / ln(31 / 4)); |r| = 31 is exactly 4 + 3
+    r = torch.tensor([0, 3, 4, 5, 6, 10, 20, 31, 32, 100, -4, -5, -31])
+    assert log_bucket(r, 8, 32).tolist() == [0, 3, 4, 5, 5, 6, 7, 7, 8, 9, -4, -5, -7]
+
+
+def test_exercise_log_bucket_matches_the_formula_everywhere():
+    def bucket(r, position_buckets, M):
+        m = position_buckets // 2
+        if abs(r) <= m:
+            return r
+        return int(math.copysign(m + math.ceil((m - 1) * math.log(abs(r) / m) / math.log((M - 1) / m)), r))
+    for position_buckets, M in ((256, 512), (32, 128)):
+        r = torch.arange(-2 * M, 2 * M)
+        assert log_bucket(r, position_buckets, M).tolist() == [bucket(x, position_buckets, M) for x in r.tolist()]
+    assert log_bucket(torch.tensor([511, -511, 512]), 256, 512).tolist() == [255, -255, 256]
+
+
+def _exercise_relative_inputs(T=5, S=3, B=2, A=3, D=4):
+    torch.manual_seed(0)
+    q, k = torch.randn(B, A, T, D), torch.randn(B, A, T, D)
+    K_r, Q_r = torch.randn(1, A, 2 * S, D), torch.randn(1, A, 2 * S, D)
+    positions = torch.arange(T)
+    delta = (positions[:, None] - positions[None, :] + S).clamp(0, 2 * S - 1)     # no buckets: v1's index
+    return q, k, K_r, Q_r, delta
+
+
+def test_exercise_c2p_p2c_gathers_each_pairs_row():
+    q, k, K_r, Q_r, delta = _exercise_relative_inputs()
+    B, A, T, _ = q.shape
+    expected = torch.zeros(B, A, T, T)
+    for b in range(B):
+        for a in range(A):
+            for i in range(T):
+                for j in range(T):
+                    row = delta[i, j]
+                    expected[b, a, i, j] = q[b, a, i] @ K_r[0, a, row] + k[b, a, j] @ Q_r[0, a, row]
+    assert torch.allclose(relative_scores_gathered(q, k, K_r, Q_r, delta), expected, atol=1e-5)
+
+
+def test_exercise_c2p_p2c_each_term_alone():
+    q, k, K_r, Q_r, delta = _exercise_relative_inputs(T=4, S=2)
+    c2p = torch.einsum("baid,aijd->baij", q, K_r[0][:, delta])          # Q_i . K_r[delta(i, j)]
+    p2c = torch.einsum("bajd,aijd->baij", k, Q_r[0][:, delta])          # K_j . Q_r[delta(i, j)]
+    assert torch.allclose(relative_scores_gathered(q, k, K_r, None, delta), c2p, atol=1e-5)
+    assert torch.allclose(relative_scores_gathered(q, k, None, Q_r, delta), p2c, atol=1e-5)
+    assert relative_scores_gathered(q, k, None, None, delta) == 0

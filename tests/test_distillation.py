@@ -223,3 +223,27 @@ def test_a_pair_task_is_distilled_with_a_siamese_student(setup, tmp_path):
     assert summary["best_epoch"] in (1, 2) and len(summary["epochs_history"]) == 2
     model, _, task = load_student(tmp_path / "student")
     assert model.config.pair and task.name == "mrpc"
+
+
+# ---- coursework exercise: distillation-loss -----------------------------------------------------
+
+
+def test_exercise_distillation_loss_mixes_cross_entropy_and_logit_distance():
+    z_student = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    z_teacher = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    labels = torch.tensor([0, IGNORE_INDEX])             # the second is an augmented sample: no gold label
+    loss, sums = distillation_loss(z_student, z_teacher, labels, alpha=0.5)
+    # L_distill per example: (1/K) ||z_t - z_s||^2 = 0.5 and 1.0; L_CE on the first only: log(1 + e^-1)
+    assert sums["distill"].item() == pytest.approx(0.5 * 1.5)
+    assert sums["gold"].item() == pytest.approx(0.5 * math.log(1 + math.exp(-1)))
+    assert loss.item() == pytest.approx(0.5 * 1.5 / 2 + 0.5 * math.log(1 + math.exp(-1)) / 1)
+
+
+def test_exercise_distillation_loss_leaves_out_a_term_of_weight_zero():
+    z_student = torch.tensor([[2.0, 0.0, -1.0]])
+    z_teacher = torch.tensor([[1.0, 1.0, 1.0]])
+    loss, sums = distillation_loss(z_student, z_teacher, torch.tensor([2]), alpha=0.0)
+    assert set(sums) == {"distill"} and loss.item() == pytest.approx((1 + 1 + 4) / 3)
+    loss, sums = distillation_loss(z_student, z_teacher, torch.tensor([2]), alpha=1.0)
+    log_z = math.log(math.exp(2) + 1 + math.exp(-1))
+    assert set(sums) == {"gold"} and loss.item() == pytest.approx(log_z + 1, rel=1e-6)

@@ -328,3 +328,56 @@ def test_output_is_never_the_source_folder_nor_inside_or_around_it_even_with_for
                                            "--output", tmp_path / "file")
     assert code == 2 and "--output: " + str(tmp_path / "file") + " is a file" in error_line(code, captured)
 
+
+
+# ---- coursework exercises: duplicate-untied, duplicate-tied -------------------------------------
+
+
+def _small_bert():
+    from minibert.model import BertConfig, BertModel
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=3, num_attention_heads=2,
+                        intermediate_size=12, max_position_embeddings=16)
+    return BertModel(config).eval()
+
+
+def test_exercise_duplicate_untied_gives_every_depth_its_own_copy():
+    model = _small_bert()
+    deeper = duplication.copy_layers(model, 5, [0, 0, 1, 1, 2])
+    assert deeper.config.num_hidden_layers == 5 and deeper.config.layer_order is None
+    assert deeper.config.num_hidden_groups is None and len(deeper.encoder.layers) == 5
+    for new_index, source_index in enumerate([0, 0, 1, 1, 2]):
+        new, source = deeper.encoder.layers[new_index].state_dict(), model.encoder.layers[source_index].state_dict()
+        assert new.keys() == source.keys()
+        assert all(torch.equal(new[name], source[name]) for name in source)
+    # untied: the two copies of layer 0 own their storage, apart from each other and from the source
+    layers = list(deeper.encoder.layers) + [model.encoder.layers[0]]
+    assert len({next(layer.parameters()).data_ptr() for layer in layers}) == 6
+    with torch.no_grad():
+        next(deeper.encoder.layers[0].parameters()).add_(1.0)
+    assert not torch.equal(next(deeper.encoder.layers[0].parameters()), next(deeper.encoder.layers[1].parameters()))
+    # embeddings and heads: copied unchanged
+    assert torch.equal(deeper.embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight)
+    assert torch.equal(deeper.pooler.dense.weight, model.pooler.dense.weight)
+    assert not deeper.training
+
+
+def test_exercise_duplicate_untied_through_deepen_bert():
+    model = _small_bert()
+    deeper = duplication.deepen_bert(model, [0, 1, 1, 2])
+    assert deeper.config.num_hidden_layers == 4 and deeper.config.layer_order is None
+    for new_index, source_index in enumerate([0, 1, 1, 2]):
+        new, source = deeper.encoder.layers[new_index].state_dict(), model.encoder.layers[source_index].state_dict()
+        assert all(torch.equal(new[name], source[name]) for name in source)
+    assert deeper.encoder.layers[1] is not deeper.encoder.layers[2]
+
+
+def test_exercise_duplicate_tied_keeps_each_layer_once():
+    assert duplication.tied_layers([0, 0, 1, 1, 2, 2, 3]) == ([0, 1, 2, 3], [0, 0, 1, 1, 2, 2, 3])
+    assert duplication.tied_layers([2, 0, 2, 1]) == ([2, 0, 1], [0, 1, 0, 2])
+    assert duplication.tied_layers([3, 3, 3]) == ([3], [0, 0, 0])
+
+
+def test_exercise_duplicate_tied_nothing_repeating_is_an_ordinary_bert():
+    assert duplication.tied_layers([0, 1, 2]) == ([0, 1, 2], None)
+    assert duplication.tied_layers([2, 0]) == ([2, 0], None)

@@ -101,3 +101,46 @@ def test_a_masked_logit_gets_probability_zero_and_keeps_a_kl_finite():
     assert abs(p[0, 1].item() - math.exp(2) / (math.exp(1) + math.exp(2))) < 1e-7   # as if the position were absent
     log_p = logits.log_softmax(-1)
     assert torch.isfinite((p * (log_p - log_p)).sum())                # 0 * finite at the padding, not 0 * inf
+
+
+# ---- coursework exercise: classification-head ---------------------------------------------------
+
+
+def _exercise_config():
+    return BertConfig(vocab_size=20, hidden_size=4, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                      hidden_dropout_prob=0.5)
+
+
+def test_exercise_classification_head_reads_the_pooled_output():
+    torch.manual_seed(0)
+    head = OutputLayer(_exercise_config(), 3, per_token=False).eval()
+    with torch.no_grad():
+        head.classifier.weight.copy_(torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, -1.0], [0.5, 0.5, 0.5, 0.5]]))
+        head.classifier.bias.copy_(torch.tensor([0.0, 1.0, -1.0]))
+    pooled = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, -1.0, 0.0, 1.0]])
+    output = BertModelOutput(hidden_states=(torch.full((2, 5, 4), 7.0),), pooled_output=pooled)
+    logits = head(output)
+    assert logits.shape == (2, 3)
+    assert torch.allclose(logits, torch.tensor([[1.0, 1.0, 4.0], [0.0, -2.0, -1.0]]))
+
+
+def test_exercise_classification_head_per_token_reads_every_token():
+    torch.manual_seed(0)
+    head = OutputLayer(_exercise_config(), 2, per_token=True).eval()
+    last = torch.randn(2, 5, 4)
+    output = BertModelOutput(hidden_states=(torch.zeros(2, 5, 4), last), pooled_output=torch.zeros(2, 4))
+    logits = head(output)
+    assert logits.shape == (2, 5, 2)
+    assert torch.allclose(logits, last @ head.classifier.weight.T + head.classifier.bias, atol=1e-6)
+
+
+def test_exercise_classification_head_applies_dropout_when_training():
+    torch.manual_seed(0)
+    head = OutputLayer(_exercise_config(), 3, per_token=False).train()
+    pooled = torch.randn(6, 4)
+    torch.manual_seed(1)
+    logits = head(BertModelOutput(hidden_states=(torch.zeros(6, 2, 4),), pooled_output=pooled))
+    torch.manual_seed(1)
+    expected = F.linear(F.dropout(pooled, p=0.5, training=True), head.classifier.weight, head.classifier.bias)
+    assert torch.allclose(logits, expected, atol=1e-6)
+    assert not torch.allclose(logits, F.linear(pooled, head.classifier.weight, head.classifier.bias))

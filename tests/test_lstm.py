@@ -271,3 +271,26 @@ def test_student_config_round_trips_through_a_dict():
     assert values["hidden_size"] == 300 and values["pair"] is True and values["embedding_dim"] == 300
     assert StudentConfig.from_dict(values, "student.json") == config
     assert StudentConfig.from_dict({"vocab_size": 500, "num_classes": 2}, "x.json") == StudentConfig(500, 2)
+
+
+# ---- coursework exercise: lstm-gates ------------------------------------------------------------
+
+
+def test_exercise_lstm_gates_match_torch_lstm_cell():
+    torch.manual_seed(0)
+    cell = nn.LSTMCell(3, 4)
+    x, h, c = torch.randn(2, 3), torch.randn(2, 4), torch.randn(2, 4)
+    h_new, c_new = lstm_cell(x, h, c, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    h_torch, c_torch = cell(x, (h, c))
+    assert torch.allclose(h_new, h_torch, atol=1e-6) and torch.allclose(c_new, c_torch, atol=1e-6)
+
+
+def test_exercise_lstm_gates_by_hand():
+    # zero weights: i = f = o = sigmoid(0) = 1/2 and g = tanh(bias of g), in the row order i, f, g, o
+    zeros = torch.zeros(4, 1)
+    bias_ih = torch.tensor([0.0, 0.0, 1.0, 0.0])
+    h_new, c_new = lstm_cell(torch.ones(1, 1), torch.ones(1, 1), torch.full((1, 1), 2.0), zeros, zeros,
+                             bias_ih, torch.zeros(4))
+    c_expected = 0.5 * 2.0 + 0.5 * math.tanh(1.0)
+    assert c_new.item() == pytest.approx(c_expected, rel=1e-6)
+    assert h_new.item() == pytest.approx(0.5 * math.tanh(c_expected), rel=1e-6)

@@ -346,3 +346,39 @@ def test_iob1_to_iob2():
     assert iob1_to_iob2([]) == []
     with pytest.raises(MiniBertError, match="not an IOB1 tag"):
         iob1_to_iob2(["S-PER"])
+
+
+# ---- coursework exercises: conll-chunks, squad-f1 -----------------------------------------------
+
+
+def test_exercise_conll_chunks_reads_iob2():
+    tags = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-LOC", "O", "B-MISC"]
+    assert conll_chunks(tags) == [("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 5), ("MISC", 7, 7)]
+
+
+def test_exercise_conll_chunks_reads_iob1_and_type_changes():
+    # IOB1: I- after O starts a chunk; B- only splits two adjacent chunks of one type
+    assert conll_chunks(["I-ORG", "I-ORG", "B-ORG", "O", "I-PER"]) == [("ORG", 0, 1), ("ORG", 2, 2), ("PER", 4, 4)]
+    # a change of type ends a chunk even without B-
+    assert conll_chunks(["I-PER", "I-LOC", "I-LOC"]) == [("PER", 0, 0), ("LOC", 1, 2)]
+    assert conll_chunks(["O", "O"]) == [] and conll_chunks([]) == []
+
+
+def test_exercise_conll_chunks_reads_iobes():
+    assert conll_chunks(["S-PER", "B-LOC", "E-LOC", "S-LOC", "O"]) == [("PER", 0, 0), ("LOC", 1, 2), ("LOC", 3, 3)]
+
+
+def test_exercise_squad_f1_scores_the_token_overlap():
+    from minibert.metrics import _overlap_f1
+    # 2 common tokens: precision 2/3, recall 2/4, F1 = 2 * (2/3) * (1/2) / (2/3 + 1/2) = 4/7
+    assert _overlap_f1(["the", "big", "cat"], ["a", "big", "cat", "sat"]) == pytest.approx(4 / 7)
+    # a multiset: "cat" twice predicted, once in the gold, counts once
+    assert _overlap_f1(["cat", "cat"], ["cat"]) == pytest.approx(2 * 0.5 * 1.0 / 1.5)
+    assert _overlap_f1(["dog"], ["cat"]) == 0
+    assert _overlap_f1(["a", "b"], ["b", "a"]) == pytest.approx(1.0)
+
+
+def test_exercise_squad_f1_through_the_official_normalisation():
+    # after normalize_answer: "eiffel tower" against "eiffel tower in paris": P = 1, R = 2/4
+    assert f1_score("The Eiffel Tower!", "the Eiffel tower, in Paris") == pytest.approx(2 * 1.0 * 0.5 / 1.5)
+    assert f1_score("Paris", "paris.") == pytest.approx(1.0)

@@ -302,3 +302,139 @@ def test_keeping_only_the_last_hidden_state_changes_no_output():
     assert len(full.hidden_states) == 1 + 4 * 2 and len(last_only.hidden_states) == 1
     assert torch.equal(full.last_hidden_state, last_only.last_hidden_state)
     assert torch.equal(full.mlm_logits, last_only.mlm_logits) and torch.equal(full.pair_logits, last_only.pair_logits)
+
+
+# ----------------------------------------------------------------------------
+# Exercises of assignment 1 (docs/coursework.md): each test calls its own
+# exercise's function and uses PyTorch's fused kernels for everything else.
+# ----------------------------------------------------------------------------
+
+
+def exercise_config(**overrides):
+    """A tiny BERT config (H = 8, two heads), fused kernels everywhere."""
+    values = dict(vocab_size=20, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=12,
+                  max_position_embeddings=10, type_vocab_size=2)
+    return BertConfig(**{**values, **overrides})
+
+
+def exercise_randomized(module, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=generator))
+    return module.eval()
+
+
+def test_exercise_embeddings_sum():
+    embeddings = exercise_randomized(Embeddings(exercise_config()))
+    input_ids, token_type_ids = torch.tensor([[3, 7, 7, 1]]), torch.tensor([[0, 0, 1, 1]])
+    total = (embeddings.word_embeddings.weight[[3, 7, 7, 1]]
+             + embeddings.position_embeddings.weight[[0, 1, 2, 3]]
+             + embeddings.token_type_embeddings.weight[[0, 0, 1, 1]])
+    expected = F.layer_norm(total, (8,), embeddings.layer_norm.weight, embeddings.layer_norm.bias, 1e-12)
+    out = embeddings(input_ids, token_type_ids)
+    assert out.shape == (1, 4, 8)
+    assert (out[0] - expected).abs().max() < 1e-5
+
+
+def test_exercise_embeddings_sum_projects_albert_from_e_to_h():
+    config = exercise_config(model_type="albert", embedding_size=4, num_hidden_groups=1)
+    embeddings = exercise_randomized(Embeddings(config), seed=1)
+    input_ids, token_type_ids = torch.tensor([[2, 5]]), torch.tensor([[0, 1]])
+    total = (embeddings.word_embeddings.weight[[2, 5]] + embeddings.position_embeddings.weight[[0, 1]]
+             + embeddings.token_type_embeddings.weight[[0, 1]])                              # (2, E = 4)
+    normed = F.layer_norm(total, (4,), embeddings.layer_norm.weight, embeddings.layer_norm.bias, 1e-12)
+    expected = normed @ embeddings.projection.weight.T + embeddings.projection.bias       # (2, H = 8)
+    out = embeddings(input_ids, token_type_ids)
+    assert out.shape == (1, 2, 8)
+    assert (out[0] - expected).abs().max() < 1e-5
+
+
+def test_exercise_attention():
+    # One query, two keys: scores q.k / sqrt(D) = [2, 0] / 2 = [1, 0], softmax [e, 1] / (e + 1).
+    q = torch.tensor([[[[1.0, 1.0, 0.0, 0.0]]]])
+    k = torch.tensor([[[[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, -1.0]]]])
+    v = torch.tensor([[[[10.0, 0.0, 0.0, 0.0], [0.0, 10.0, 0.0, 0.0]]]])
+    e = math.e
+    out = attention(q, k, v, torch.zeros(1, 1, 1, 2))
+    assert torch.allclose(out[0, 0, 0], torch.tensor([10 * e / (e + 1), 10 / (e + 1), 0.0, 0.0]))
+    # Many heads and a padded key: the same numbers as PyTorch's own kernel.
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=generator) for _ in range(3))
+    bias = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, -10000.0, -10000.0]])[:, None, None, :]
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    assert (attention(q, k, v, bias) - expected).abs().max() < 1e-5
+
+
+def test_exercise_attention_drops_probabilities_and_rescales_the_rest():
+    torch.manual_seed(0)
+    q, k = torch.zeros(1, 1, 4, 4), torch.zeros(1, 1, 4, 4)
+    v = torch.eye(4)[None, None] * 8                     # value j is 8 e_j; all four probabilities are 1/4
+    out = attention(q, k, v, torch.zeros(1, 1, 1, 4), dropout_p=0.5)
+    # each 1/4 is dropped (0) or kept and scaled by 1 / (1 - p): 1/2, times 8 -> 4
+    assert set(out.flatten().tolist()) == {0.0, 4.0}
+    assert torch.equal(attention(q, k, v, torch.zeros(1, 1, 1, 4)), torch.full((1, 1, 4, 4), 2.0))
+
+
+def test_exercise_padding_mask():
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    bias = padding_bias(mask, torch.float32)
+    assert bias.shape == (2, 1, 1, 3) and bias.dtype == torch.float32
+    assert torch.equal(bias, torch.tensor([[[[0.0, 0.0, -10000.0]]], [[[0.0, -10000.0, -10000.0]]]]))
+    assert padding_bias(torch.tensor([[1, 0]]), torch.float64).dtype == torch.float64
+
+
+def test_exercise_split_merge_heads():
+    x = torch.arange(2 * 3 * 6, dtype=torch.float32).view(2, 3, 6)      # B = 2, T = 3, H = 6
+    heads = split_heads(x, num_heads=3)                                   # A = 3, D = 2
+    assert heads.shape == (2, 3, 3, 2)
+    assert heads[1, 2, 0].tolist() == [22.0, 23.0]                        # batch 1, head 2, position 0: x[1, 0, 4:6]
+    assert heads[0, 1, 2].tolist() == [14.0, 15.0]                        # batch 0, head 1, position 2: x[0, 2, 2:4]
+    assert torch.equal(merge_heads(heads), x)
+
+
+def test_exercise_gelu_erf():
+    # Phi(1) = 0.8413447461, Phi(-1) = 0.1586552539, Phi(3) = 0.9986501020 (standard normal table)
+    values = gelu(torch.tensor([-1.0, 0.0, 1.0, 3.0], dtype=torch.float64))
+    expected = torch.tensor([-0.1586552539, 0.0, 0.8413447461, 3 * 0.9986501020], dtype=torch.float64)
+    assert torch.allclose(values, expected, atol=1e-9)
+    x = torch.linspace(-6, 6, 101)
+    assert (gelu(x) - F.gelu(x)).abs().max() < 1e-6
+
+
+def test_exercise_gelu_tanh():
+    inner = math.sqrt(2 / math.pi) * (1 + 0.044715)                      # x = 1
+    assert gelu_tanh(torch.tensor(1.0, dtype=torch.float64)).item() == pytest.approx(0.5 * (1 + math.tanh(inner)))
+    x = torch.linspace(-6, 6, 101)
+    assert (gelu_tanh(x) - F.gelu(x, approximate="tanh")).abs().max() < 1e-6
+
+
+def test_exercise_layer_norm():
+    # x = 1, 2, 3, 4: mean 2.5, biased variance 1.25
+    x = torch.tensor([[1.0, 2.0, 3.0, 4.0]], dtype=torch.float64)
+    out = layer_norm(x, torch.tensor([1.0, 1.0, 2.0, 2.0], dtype=torch.float64),
+                     torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=torch.float64), 1e-12)
+    s = math.sqrt(1.25)
+    assert torch.allclose(out, torch.tensor([[-1.5 / s, -0.5 / s, 2 * 0.5 / s, 2 * 1.5 / s + 1]], dtype=torch.float64))
+    generator = torch.Generator().manual_seed(0)
+    x, gamma, beta = (torch.randn(shape, generator=generator) for shape in ((2, 3, 8), (8,), (8,)))
+    assert (layer_norm(x, gamma, beta, 1e-5) - F.layer_norm(x, (8,), gamma, beta, 1e-5)).abs().max() < 1e-5
+
+
+def test_exercise_feed_forward():
+    block = exercise_randomized(FeedForward(exercise_config()))        # fused GELU
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(1))
+    hidden = F.gelu(x @ block.w1.weight.T + block.w1.bias)            # (2, 3, I = 12)
+    expected = hidden @ block.w2.weight.T + block.w2.bias              # (2, 3, H = 8)
+    out = block(x)
+    assert out.shape == (2, 3, 8)
+    assert (out - expected).abs().max() < 1e-5
+
+
+def test_exercise_albert_depth_plan():
+    def plan(layers, groups):
+        return BertConfig(model_type="albert", num_hidden_layers=layers, num_hidden_groups=groups).depth_plan()
+    assert plan(12, 1) == [0] * 12                                     # ALBERT-base: one shared layer
+    assert plan(4, 2) == [0, 0, 1, 1]
+    assert plan(12, 3) == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    assert plan(5, 2) == [0, 0, 0, 1, 1]                               # l * G // L: 0, 0.4, 0.8, 1.2, 1.6

@@ -5,9 +5,11 @@ to one process, and the run's folders and errors.
 Masking is tested in test_pretraining_data.py, the training loop on its own in
 test_training.py."""
 
+import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ import torch.nn.functional as F
 
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModel
-from minibert.pretraining import MaskedLMObjective, pretrain
+from minibert.pretraining import MaskedLMObjective, masked_lm_loss, pretrain
 from minibert.pretraining_data import build_token_cache, check_token_cache, tokenizer_fingerprint
 from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
 from minibert.training import load_checkpoint
@@ -339,3 +341,37 @@ def test_train_mlm_without_matplotlib_refuses_plot_before_the_run(tmp_path, caps
     code, out, err = train_mlm(capsys, files, tmp_path / "run", "--plot", tmp_path / "curves.png")
     assert code == 1 and len(err) == 1 and "matplotlib" in err[0] and "pip install" in err[0], err
     assert not (tmp_path / "run").exists() and "vocabulary" not in out   # nothing was trained
+
+
+# ----------------------------------------------------------------------------
+# Exercise of assignment 2 (docs/coursework.md)
+# ----------------------------------------------------------------------------
+
+
+class FixedLogitsModel:
+    """Stands in for BertModel: returns fixed MLM logits (all positions, or
+    those in `mlm_positions`) and records how it was called."""
+
+    def __init__(self, logits):
+        self.logits, self.calls = logits, []
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, mlm_positions=None):
+        self.calls.append((input_ids, attention_mask, token_type_ids))
+        logits = self.logits if mlm_positions is None else self.logits[mlm_positions]
+        return types.SimpleNamespace(mlm_logits=logits)
+
+
+def test_exercise_mlm_loss():
+    # B = 1, T = 3, V = 3; positions 0 and 2 were chosen, position 1 was not (label -100).
+    logits = torch.tensor([[[2.0, 0.0, 0.0], [9.0, 9.0, 9.0], [0.0, 1.0, 3.0]]])
+    batch = {"input_ids": torch.tensor([[4, 5, 4]]), "attention_mask": torch.ones(1, 3, dtype=torch.long),
+             "token_type_ids": torch.zeros(1, 3, dtype=torch.long), "mlm_labels": torch.tensor([[0, -100, 1]])}
+    model = FixedLogitsModel(logits)
+    (loss, correct), output = masked_lm_loss(model, batch)
+    # position 0, label 0: -log(e^2 / (e^2 + 2)); position 2, label 1: -log(e / (1 + e + e^3))
+    e = math.e
+    expected = -math.log(e ** 2 / (e ** 2 + 2)) - math.log(e / (1 + e + e ** 3))
+    assert loss.item() == pytest.approx(expected, rel=1e-6)            # a sum over the chosen positions, not a mean
+    assert int(correct) == 1                                          # argmax right at position 0 only
+    assert output.mlm_logits is not None and len(model.calls) == 1
+    assert torch.equal(model.calls[0][0], batch["input_ids"]) and torch.equal(model.calls[0][1], batch["attention_mask"])

@@ -86,3 +86,29 @@ def test_whole_word_masking_takes_every_piece_of_a_word():
     assert (chosen.sum(1) <= target).all()          # never more than the per-sequence count
     rate = chosen.sum().item() / (~special).sum().item()
     assert 0.12 < rate < 0.16
+
+
+# ----------------------------------------------------------------------------
+# Exercise of assignment 2 (docs/coursework.md)
+# ----------------------------------------------------------------------------
+
+
+def test_exercise_mlm_masking():
+    mask_id, first_normal_id, vocab_size = 4, 5, 1005
+    input_ids = torch.full((200, 500), 7)
+    chosen = torch.zeros(200, 500, dtype=torch.bool)
+    chosen[:, ::2] = True                                            # 50 000 chosen positions
+    corrupted = corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size,
+                               torch.Generator().manual_seed(0))
+    assert torch.equal(input_ids, torch.full((200, 500), 7))          # the input itself is left alone
+    assert torch.equal(corrupted[~chosen], input_ids[~chosen])        # only chosen positions change
+    picked = corrupted[chosen]
+    masked = (picked == mask_id).float().mean().item()
+    kept = (picked == 7).float().mean().item()
+    replaced = ((picked != mask_id) & (picked != 7)).float().mean().item()
+    assert abs(masked - 0.8) < 0.01 and abs(kept - 0.1) < 0.01 and abs(replaced - 0.1) < 0.01
+    others = picked[(picked != mask_id) & (picked != 7)]
+    assert others.min() >= first_normal_id and others.max() < vocab_size   # never a special token
+    assert len(set(others.tolist())) > 900                            # drawn over the whole normal vocabulary
+    again = corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, torch.Generator().manual_seed(0))
+    assert torch.equal(corrupted, again)                              # all randomness from the generator

@@ -5,6 +5,7 @@ transformers: its `output_hidden_states` and its own MLM head module, applied
 by hand to each hidden state of the folder minibert wrote."""
 
 import json
+import math
 import time
 
 import pytest
@@ -228,3 +229,32 @@ def test_cli_usage_errors_exit_2_and_run_errors_are_one_line_and_exit_1(tmp_path
             (("--no-such-flag",), 2, "unrecognized arguments")]:
         code, captured = run_script_in_process(capsys, "probe.py", *args)
         assert code == status and expected in error_line(code, captured), (args, captured.err)
+
+
+# ---- coursework exercise: reconstruction-score --------------------------------------------------
+
+
+def test_exercise_reconstruction_score_counts_top1_top5_and_cross_entropy():
+    # Three positions over a vocabulary of 7: the target is the argmax (row 0),
+    # the third best (row 1), and the worst (row 2).
+    logits = torch.tensor([[0.0, 5.0, 1.0, 2.0, 3.0, 4.0, -1.0],
+                           [6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0],
+                           [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, -9.0]])
+    targets = torch.tensor([1, 2, 6])
+    score = probing.Score()
+    top1 = score.add(logits, targets)
+    assert top1.tolist() == [1, 0, 5]
+    assert (score.top1, score.top5, score.tokens) == (1, 2, 3)
+    expected = sum(-F.log_softmax(row, -1)[t].item() for row, t in zip(logits, targets))
+    assert score.cross_entropy == pytest.approx(expected, rel=1e-6)
+    summary = score.summary()
+    assert summary["top1"] == pytest.approx(1 / 3) and summary["top5"] == pytest.approx(2 / 3)
+
+
+def test_exercise_reconstruction_score_accumulates_over_batches_and_small_vocabularies():
+    score = probing.Score()
+    score.add(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([0]))   # V = 3 < 5: top-5 is every token
+    score.add(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([2]))
+    assert (score.top1, score.top5, score.tokens) == (1, 2, 2)
+    log_z = math.log(math.exp(2) + math.exp(1) + 1)
+    assert score.cross_entropy == pytest.approx((log_z - 2) + (log_z - 0), rel=1e-6)

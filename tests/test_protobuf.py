@@ -53,3 +53,20 @@ def test_field_number_zero_and_group_wire_types_are_refused():
 def test_int64_minus_one_is_ten_bytes_of_twos_complement():
     value, end = read_varint(b"\xff" * 9 + b"\x01", 0)
     assert (value, end) == (2 ** 64 - 1, 10) and to_signed64(value) == -1 and to_signed64(7) == 7
+
+
+# ----------------------------------------------------------------------------
+# Exercise of assignment 3 (docs/coursework.md)
+# ----------------------------------------------------------------------------
+
+
+def test_exercise_varint():
+    assert read_varint(b"\xac\x02", 0) == (300, 2)                    # 0101100 | 0000010 << 7
+    assert read_varint(b"\x96\x01", 0) == (150, 2)                    # protobuf's own example
+    assert read_varint(b"\x80\x80\x01", 0) == (16384, 3)              # 1 << 14
+    assert read_varint(b"\xff\xac\x02\x07", 1) == (300, 3)            # starts at pos, returns where it stopped
+    assert read_varint(b"\xff" * 9 + b"\x01", 0) == (2 ** 64 - 1, 10)  # the longest: ten bytes
+    with pytest.raises(MiniBertError, match="spiece.model: truncated varint at byte 2"):
+        read_varint(b"\x80\x80", 0, "spiece.model")
+    with pytest.raises(MiniBertError, match="varint longer than 10 bytes"):
+        read_varint(b"\xff" * 11, 0)

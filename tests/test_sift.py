@@ -479,3 +479,23 @@ def test_sift_without_fine_tuning_is_a_usage_error(toy_sst2, capsys):
     root, _, dev = toy_sst2
     code, captured = run_script_in_process(capsys, "finetune.py", "--model", root / "base", "--eval", dev, "--sift")
     assert code == 2 and "--sift is a way of fine-tuning" in error_line(code, captured)
+
+
+# ---- coursework exercise: sift-perturbation -----------------------------------------------------
+
+
+def test_exercise_sift_perturbation_moves_each_token_by_at_most_eta():
+    delta = torch.tensor([[[0.5, 0.0, -0.5], [0.0, 0.0, 0.0]]])
+    grad = torch.tensor([[[3.0, -6.0, 0.0], [1e-3, 2e-3, -4e-3]]])
+    new = sift.ascent_step(delta, grad, 0.1)
+    expected = torch.tensor([[[0.5 + 0.1 * 3 / (1e-6 + 6), -0.1 * 6 / (1e-6 + 6), -0.5],
+                              [0.1 * 1e-3 / (1e-6 + 4e-3), 0.1 * 2e-3 / (1e-6 + 4e-3), -0.1 * 4e-3 / (1e-6 + 4e-3)]]])
+    assert torch.allclose(new, expected, atol=1e-7)
+    # the token's largest coordinate moves by (almost exactly) eta, whatever the gradient's scale
+    assert (new - delta).abs().amax(-1)[0].tolist() == pytest.approx([0.1, 0.1], rel=1e-3)
+
+
+def test_exercise_sift_perturbation_skips_a_non_finite_gradient():
+    delta = torch.tensor([[[0.25, -0.25]]])
+    for bad in (float("nan"), float("inf")):
+        assert torch.equal(sift.ascent_step(delta, torch.tensor([[[1.0, bad]]]), 0.1), delta)

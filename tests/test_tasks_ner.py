@@ -12,7 +12,7 @@ from minibert import finetuning
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModelOutput
 from minibert.heads import IGNORE_INDEX
-from minibert.tasks.ner import NerExamples, NerTask, iob2_to_iob1, tagging_scheme, window_starts
+from minibert.tasks.ner import NerExamples, NerTask, first_pieces, iob2_to_iob1, tagging_scheme, window_starts
 from minibert.tasks.readers import NerSentence
 from minibert.tokenization import load_tokenizer
 from tiny_models import SENTENCES, save_tiny_model, write_vocab
@@ -326,3 +326,19 @@ def test_fine_tune_learns_and_the_saved_model_predicts(tmp_path):
 def test_gold_tags_are_there_only_when_every_sentence_has_them():
     assert NerTask().has_gold([sentence(["Rome"], ["I-LOC"])])
     assert not NerTask().has_gold([sentence(["Rome"], ["I-LOC"]), sentence(["Paris"])])
+
+
+# ---- coursework exercise: first-piece-labels ----------------------------------------------------
+
+
+def test_exercise_first_piece_labels_marks_the_first_piece_of_each_word():
+    # "Johanson lives in Wellington": Johan ##son | lives | in | Well ##ing ##ton
+    assert first_pieces([0, 0, 1, 2, 3, 3, 3]) == [0, None, 1, 2, 3, None, None]
+    assert first_pieces([0, 1, 2]) == [0, 1, 2]
+    assert first_pieces([]) == []
+
+
+def test_exercise_first_piece_labels_starts_a_window_in_the_middle_of_a_word():
+    # a window cut inside a word: its first piece is still the first of that word seen
+    assert first_pieces([4, 4, 5, 5, 6]) == [4, None, 5, None, 6]
+    assert first_pieces([2]) == [2]

@@ -493,3 +493,44 @@ def test_fine_tune_load_and_predict(tmp_path, one_thread):
 def test_gold_answers_are_there_when_every_question_has_answers_or_is_unanswerable():
     assert SquadTask().has_gold(SMALL_SET)                                  # answers, or is_impossible
     assert not SquadTask().has_gold(SMALL_SET + [make_question("a file to predict .")])
+
+
+# ---- coursework exercise: squad-span ------------------------------------------------------------
+
+
+def _exercise_window(context_from=3, length=7, max_context=None):
+    """[CLS] q [SEP] then context tokens from `context_from` (offsets -1 before)."""
+    offsets = np.array([[-1, -1]] * context_from + [[2 * i, 2 * i + 1] for i in range(length - context_from)])
+    allowed = np.array([i >= context_from for i in range(length)]) if max_context is None else np.array(max_context)
+    return {"_offsets": offsets, "_max_context": allowed}
+
+
+def test_exercise_squad_span_keeps_start_before_end_inside_the_context():
+    task = SquadTask(version="1.1", max_answer_len=30, n_best=20)
+    log_start = np.array([5.0, 0, 0, 1, 3, 0, 2])
+    log_end = np.array([5.0, 0, 0, 4, 0, 1, 0])
+    # [CLS] (10) is no span, and start 4 with end 3 (7) ends before it starts
+    assert task.best_span(log_start, log_end, _exercise_window()) == (5.0, 3, 3)
+
+
+def test_exercise_squad_span_respects_max_answer_len():
+    log_start = np.array([0.0, 0, 0, 3, 0, 0, 0])
+    log_end = np.array([0.0, 0, 0, 0, 0, 0, 4])
+    assert SquadTask(version="1.1", max_answer_len=4).best_span(log_start, log_end, _exercise_window()) == (7.0, 3, 6)
+    assert SquadTask(version="1.1", max_answer_len=2).best_span(log_start, log_end, _exercise_window()) == (4.0, 5, 6)
+
+
+def test_exercise_squad_span_pairs_only_the_n_best_starts_and_ends():
+    log_start = np.array([0.0, 0, 0, 0, 0, 0, 3])
+    log_end = np.array([0.0, 0, 0, 3, 0, 0, 0])
+    assert SquadTask(version="1.1", n_best=1).best_span(log_start, log_end, _exercise_window()) is None
+    assert SquadTask(version="1.1", n_best=2).best_span(log_start, log_end, _exercise_window()) == (3.0, 3, 3)
+
+
+def test_exercise_squad_span_starts_only_where_the_window_has_max_context():
+    log_start = np.array([0.0, 0, 0, 5, 1, 0])
+    log_end = np.array([0.0, 0, 0, 0, 2, 0])
+    window = _exercise_window(length=6, max_context=[False, False, False, False, True, True])
+    assert SquadTask(version="1.1").best_span(log_start, log_end, window) == (3.0, 4, 4)
+    nowhere = _exercise_window(length=6, max_context=[False] * 6)
+    assert SquadTask(version="1.1").best_span(log_start, log_end, nowhere) is None

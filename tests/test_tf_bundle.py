@@ -392,3 +392,53 @@ def test_int32_weight_is_refused(tmp_path):
         load_pretrained(folder)
     message = str(info.value)
     assert str(index) in message and repr(name.decode()) in message and "dtype int32;" in message, message
+
+
+# ----------------------------------------------------------------------------
+# Exercises of assignment 3 (docs/coursework.md)
+# ----------------------------------------------------------------------------
+
+
+def test_exercise_tensorbundle_entry():
+    # BundleEntryProto by hand (every number below 128, so each varint is one byte):
+    # dtype 1 (DT_FLOAT); shape 2 = TensorShapeProto{dim {size: 2}, dim {size: 3}}; shard_id 1;
+    # offset 64; size 24; crc32c (fixed32) 0x12345678; field 9, unknown to the reader, is skipped.
+    shape = b"\x12\x02\x08\x02" + b"\x12\x02\x08\x03"
+    raw = (b"\x08\x01" + b"\x12" + bytes([len(shape)]) + shape + b"\x18\x01" + b"\x20\x40" + b"\x28\x18"
+           + b"\x35" + struct.pack("<I", 0x12345678) + b"\x48\x05")
+    assert tf_bundle._parse_entry(raw, "bert/pooler/dense/bias", "model.ckpt.index") == {
+        "dtype": 1, "shape": (2, 3), "shard_id": 1, "offset": 64, "size": 24, "crc32c": 0x12345678}
+    # proto3 leaves out zero values: a float scalar at offset 0 of shard 0 is just its dtype
+    assert tf_bundle._parse_entry(b"\x08\x01", "global_step", "x.index") == {
+        "dtype": 1, "shape": (), "shard_id": 0, "offset": 0, "size": 0, "crc32c": 0}
+
+
+def test_exercise_tensorbundle_entry_refuses_what_it_cannot_read():
+    with pytest.raises(MiniBertError, match=r"x.index: tensor 'w' is a partitioned tensor"):
+        tf_bundle._parse_entry(b"\x08\x01\x3a\x00", "w", "x.index")          # field 7: slices
+    with pytest.raises(MiniBertError, match=r"tensor 'w' has unknown rank"):
+        tf_bundle._parse_entry(b"\x08\x01\x12\x02\x18\x01", "w", "x.index")  # shape {unknown_rank: true}
+    with pytest.raises(MiniBertError, match=r"unsupported dtype enum 99"):
+        tf_bundle._parse_entry(b"\x08\x63", "w", "x.index")
+    with pytest.raises(MiniBertError, match=r"field 6 has wire type 0"):
+        tf_bundle._parse_entry(b"\x08\x01\x30\x05", "w", "x.index")          # crc32c must be fixed32
+
+
+def test_exercise_masked_crc32c():
+    def crc32c_bit_by_bit(data):                # the definition: one division step per bit
+        crc = 0xFFFFFFFF
+        for byte in data:
+            crc ^= byte
+            for _ in range(8):
+                crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        return crc ^ 0xFFFFFFFF
+
+    assert tf_bundle._crc_update(0xFFFFFFFF, b"123456789") ^ 0xFFFFFFFF == 0xE3069283   # the check value
+    assert crc32c(b"123456789") == 0xE3069283
+    assert crc32c(b"") == 0
+    assert crc32c(bytes(32)) == 0x8A9136AA and crc32c(b"\xff" * 32) == 0x62A8AB43       # RFC 3720 B.4
+    data = bytes(range(256)) * 9 + b"tail"                                               # the chunked path
+    assert crc32c(data) == crc32c_bit_by_bit(data)
+    # LevelDB stores the CRC "masked": rotated right by 15 bits, plus 0xa282ead8
+    masked = ((((0xE3069283 >> 15) | (0xE3069283 << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+    assert unmask_crc(masked) == crc32c(b"123456789")

@@ -914,3 +914,26 @@ def test_tokenizer_json_with_bad_ids_or_flags_is_a_clear_error(tmp_path, edit, f
     (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
     with pytest.raises(MiniBertError, match=re.escape(fragment)):
         load_tokenizer(tmp_path)
+
+
+# ----------------------------------------------------------------------------
+# Exercises of assignment 2 (docs/coursework.md)
+# ----------------------------------------------------------------------------
+
+
+def test_exercise_basic_tokenizer():
+    assert basic_tokenize("Hello,\tCafé 中文!", do_lower_case=True) == ["hello", ",", "cafe", "中", "文", "!"]
+    assert basic_tokenize("Hello,\tCafé", do_lower_case=False) == ["Hello", ",", "Café"]
+    assert basic_tokenize("Don't stop\u00a0now!!", do_lower_case=True) == ["don", "'", "t", "stop", "now", "!", "!"]
+    assert basic_tokenize("a\x00b \u200bÅngström\n$5", do_lower_case=True) == ["ab", "angstrom", "$", "5"]
+    assert basic_tokenize("   ", do_lower_case=True) == []
+
+
+def test_exercise_wordpiece():
+    vocab = {token: i for i, token in enumerate(["[UNK]", "un", "una", "##aff", "##ff", "##able", "a", "##a"])}
+    assert wordpiece("unaffable", vocab) == ["una", "##ff", "##able"]   # longest first piece, even if more pieces follow
+    assert wordpiece("aaa", vocab) == ["a", "##a", "##a"]
+    assert wordpiece("unaffablex", vocab) == ["[UNK]"]                  # "x" fits nowhere: the whole word is unknown
+    assert wordpiece("b", vocab) == ["[UNK]"]
+    assert wordpiece("a" * 100, vocab) == ["a"] + ["##a"] * 99          # MAX_INPUT_CHARS_PER_WORD = 100
+    assert wordpiece("a" * 101, vocab) == ["[UNK]"]

@@ -360,3 +360,24 @@ def test_each_process_takes_every_world_size_th_row_from_its_rank():
     assert rows_for_rank(batch, Context(torch.device("cpu"), rank=0, world_size=2))["input_ids"].tolist() == [0, 2, 4]
     assert rows_for_rank(batch, Context(torch.device("cpu"), rank=1, world_size=2))["input_ids"].tolist() == [1, 3]
     assert rows_for_rank(batch, CPU) is batch
+
+
+# ----------------------------------------------------------------------------
+# Exercise of assignment 2 (docs/coursework.md)
+# ----------------------------------------------------------------------------
+
+
+def test_exercise_lr_schedule():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = warmup_then_linear_decay(optimizer, warmup_steps=4, total_steps=10)
+    rates = []
+    for _ in range(12):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    # up over 4 steps (1/4, 2/4, 3/4, 1), then down by 1/6 a step to 0 at step 10, and 0 after
+    expected = [0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0, 0.0]
+    assert rates == pytest.approx(expected)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2e-4)
+    warmup_then_linear_decay(optimizer, warmup_steps=0, total_steps=4)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-4)      # no warm-up: the full rate at step 0

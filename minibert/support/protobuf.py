@@ -19,7 +19,14 @@ from minibert.support.errors import MiniBertError
 
 
 def read_varint(buf, pos, what="protobuf message"):
-    """Decode a base-128 varint starting at buf[pos]. Returns (value, new_pos)."""
+    """Decode a base-128 varint starting at buf[pos]. Returns (value, new_pos).
+
+    Each byte holds 7 bits of the value, least significant group first; its
+    high bit (0x80) says whether another byte follows. 300 = 0b10_0101100 is
+    0xAC 0x02. An int64 takes at most 10 bytes."""
+    if pos < len(buf) and buf[pos] < 0x80:
+        return buf[pos], pos + 1          # a one-byte varint (0..127): most field keys and lengths
+    # exercise: varint
     result = 0
     shift = 0
     while True:
@@ -33,6 +40,7 @@ def read_varint(buf, pos, what="protobuf message"):
         shift += 7
         if shift > 63:
             raise MiniBertError(f"{what}: varint longer than 10 bytes at byte {pos}")
+    # end exercise
 
 
 def iter_fields(buf, what="protobuf message"):

@@ -103,7 +103,13 @@ def window_starts(word_of_piece, budget):
 def first_pieces(word_of_piece):
     """For each piece: the index of the word it starts, None for the word's
     later pieces (the only pieces that are labelled and predicted)."""
-    return [word if i == 0 or word != word_of_piece[i - 1] else None for i, word in enumerate(word_of_piece)]
+    # exercise: first-piece-labels
+    starting = []
+    for i, word in enumerate(word_of_piece):
+        starts_a_word = i == 0 or word != word_of_piece[i - 1]
+        starting.append(word if starts_a_word else None)
+    return starting
+    # end exercise
 
 
 # ----------------------------------------------------------------------------

@@ -353,6 +353,7 @@ class SquadTask:
     def best_span(self, log_start, log_end, feature):
         """(score, start position, end position) of the best span of one
         window, or None if it has no allowed span."""
+        # exercise: squad-span
         starts = top_positions(log_start, np.flatnonzero(feature["_max_context"]), self.n_best)
         ends = top_positions(log_end, np.flatnonzero(feature["_offsets"][:, 0] >= 0), self.n_best)
         if len(starts) == 0 or len(ends) == 0:
@@ -362,6 +363,7 @@ class SquadTask:
         scores = np.where((lengths >= 1) & (lengths <= self.max_answer_len), scores, -np.inf)
         i, j = np.unravel_index(np.argmax(scores), scores.shape)
         return None if scores[i, j] == -np.inf else (float(scores[i, j]), int(starts[i]), int(ends[j]))
+        # end exercise
 
     def metrics(self, examples, predictions):
         """evaluate-v1.1.py: exact_match, f1. evaluate-v2.0.py with the

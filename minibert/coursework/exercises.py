@@ -1,0 +1,256 @@
+"""The assignment table and the exercise regions marked in the lesson code.
+
+A region is a block of one function's body between two plain comments at
+the body's indentation:
+
+    # exercise: layer-norm
+    ...the reference code...
+    # end exercise
+
+`find_regions` scans minibert/ for them and checks them against the table
+below; `blank` replaces a region's lines by one `raise NotImplementedError`.
+"""
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from minibert.support.errors import MiniBertError
+
+TABLE_FILE = "minibert/coursework/exercises.py"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    number: int
+    title: str
+    goal: str         # the learning goal, one sentence
+    exercises: tuple  # exercise names, in reading order
+
+
+ASSIGNMENTS = (
+    Assignment(1, "The Transformer encoder",
+               "Write BERT's encoder piece by piece (the embedding sum, scaled dot-product attention with its "
+               "padding mask and heads, GELU, LayerNorm, the feed-forward block, ALBERT's shared-layer depth plan) "
+               "until the written-out model reproduces the fused one.",
+               ("embeddings-sum", "attention", "padding-mask", "split-merge-heads", "gelu-erf", "gelu-tanh",
+                "layer-norm", "feed-forward", "albert-depth-plan")),
+    Assignment(2, "Tokenization and pretraining",
+               "Turn text into WordPiece tokens exactly as Google's BERT does, and write the masked-LM "
+               "objective: 80/10/10 masking, the sparse MLM loss and the warm-up learning-rate schedule.",
+               ("basic-tokenizer", "wordpiece", "mlm-masking", "mlm-loss", "lr-schedule")),
+    Assignment(3, "Reading real checkpoints",
+               "Read Google's TensorFlow checkpoints without TensorFlow: protobuf varints, one TensorBundle "
+               "index entry and LevelDB's masked CRC32C.",
+               ("varint", "tensorbundle-entry", "masked-crc32c")),
+    Assignment(4, "Kao et al.: what each layer knows",
+               "Measure how well each layer's output reconstructs the input through the MLM head (top-1 and "
+               "top-5), and duplicate layers, untied and tied, as Kao et al. do.",
+               ("reconstruction-score", "duplicate-untied", "duplicate-tied")),
+    Assignment(5, "Fine-tuning",
+               "Fine-tune BERT for classification, NER and SQuAD: the classification head on the pooled output, "
+               "first-sub-token label alignment, conlleval's chunks, span decoding and the official F1.",
+               ("classification-head", "first-piece-labels", "conll-chunks", "squad-span", "squad-f1")),
+    Assignment(6, "Distillation",
+               "Distil BERT into a BiLSTM (Tang et al.): the LSTM cell's gates, the distillation loss, and the "
+               "masking and POS-guided word replacement of the data augmentation.",
+               ("lstm-gates", "distillation-loss", "augment-mask-pos")),
+    Assignment(7, "DeBERTa",
+               "Write DeBERTa's disentangled attention and its fine-tuning trick: log-bucket relative "
+               "positions, the content-to-position and position-to-content gathers, SiFT's normalised "
+               "perturbation.",
+               ("log-bucket", "c2p-p2c", "sift-perturbation")),
+)
+
+ASSIGNMENT_OF = {name: a.number for a in ASSIGNMENTS for name in a.exercises}
+EXERCISE_NAMES = tuple(ASSIGNMENT_OF)
+
+# The two marker comments, matched on a whole line (a little leniently, so a
+# misspelt marker is reported rather than silently ignored).
+START = re.compile(r"^(?P<indent>[ \t]*)#\s*exercise\s*:\s*(?P<name>\S*)\s*$", re.IGNORECASE)
+END = re.compile(r"^(?P<indent>[ \t]*)#\s*end\s+exercise\s*$", re.IGNORECASE)
+
+
+class CourseworkError(MiniBertError):
+    """A marker, a name or a folder the coursework tools cannot use."""
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    assignment: int
+    path: str       # relative to the repository, with "/"
+    function: str   # Class.method or function
+    start: int      # line of the opening marker (1-based)
+    end: int        # line of the closing marker
+    indent: str     # the markers' indentation
+
+    @property
+    def where(self):
+        return f"{self.path}:{self.start}-{self.end}"
+
+
+def assignment(number):
+    for a in ASSIGNMENTS:
+        if a.number == number:
+            return a
+    raise CourseworkError(f"no assignment {number}; the assignments are "
+                          f"{', '.join(str(a.number) for a in ASSIGNMENTS)}")
+
+
+def test_prefix(name):
+    """The name every test function of exercise `name` starts with."""
+    return "test_exercise_" + name.replace("-", "_")
+
+
+def exercise_of_test(function_name):
+    """The exercise a `test_exercise_*` function belongs to, or None: the
+    longest name whose prefix it has, followed by nothing or "_"."""
+    matches = [name for name in EXERCISE_NAMES
+               if function_name == test_prefix(name) or function_name.startswith(test_prefix(name) + "_")]
+    return max(matches, key=len, default=None)
+
+
+def _functions(tree):
+    """(qualified name, first line, last line) of every function in a module."""
+    found = []
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((prefix + child.name, child.lineno, child.end_lineno))
+                visit(child, prefix + child.name + ".")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def _innermost_function(functions, line):
+    inside = [f for f in functions if f[1] < line <= f[2]]
+    return min(inside, key=lambda f: f[2] - f[1], default=None)
+
+
+def scan_text(text, path):
+    """The regions marked in one file's text: (regions, errors), each error
+    one line naming the file and line."""
+    regions, errors, open_marker = [], [], None
+    lines = text.splitlines()
+    try:
+        functions = _functions(ast.parse(text))
+    except SyntaxError as e:
+        return [], [f"{path}:{e.lineno}: cannot parse: {e.msg}"]
+    for number, line in enumerate(lines, start=1):
+        start, end = START.match(line), END.match(line)
+        if start:
+            name = start["name"]
+            if open_marker is not None:
+                errors.append(f"{path}:{number}: exercise {name!r} starts inside exercise {open_marker[1]!r} "
+                              f"(opened at line {open_marker[0]}); regions do not nest")
+                open_marker[3] = True  # the outer region is broken too
+                continue
+            if name not in ASSIGNMENT_OF:
+                errors.append(f"{path}:{number}: exercise {name!r} is not in the assignment table ({TABLE_FILE})")
+            open_marker = [number, name, start["indent"], name not in ASSIGNMENT_OF]
+        elif end:
+            if open_marker is None:
+                errors.append(f"{path}:{number}: '# end exercise' without an opening '# exercise: NAME'")
+                continue
+            first, name, indent, broken = open_marker
+            open_marker = None
+            body = [n for n in range(first + 1, number)
+                    if lines[n - 1].strip() and not lines[n - 1].strip().startswith("#")]
+            # Comments are not in the syntax tree: the region's first and last
+            # code lines say which function it sits in.
+            function = _innermost_function(functions, body[0]) if body else None
+            if broken:
+                continue  # already reported
+            if not body:
+                errors.append(f"{path}:{first}: exercise {name!r} is empty (no code between its markers)")
+            elif end["indent"] != indent:
+                errors.append(f"{path}:{number}: the end of exercise {name!r} is not at the indentation "
+                              f"of its start (line {first})")
+            elif function is None or function != _innermost_function(functions, body[-1]) or first <= function[1]:
+                errors.append(f"{path}:{first}: exercise {name!r} is not inside one function "
+                              f"(its markers must sit in the same function's body)")
+            else:
+                regions.append(Region(name, ASSIGNMENT_OF[name], path, function[0], first, number, indent))
+    if open_marker is not None:
+        errors.append(f"{path}:{open_marker[0]}: exercise {open_marker[1]!r} is never closed (no '# end exercise')")
+    return regions, errors
+
+
+def lesson_files(repo):
+    """The package's .py files that may hold exercises (not this tooling)."""
+    package = Path(repo) / "minibert"
+    if not package.is_dir():
+        raise CourseworkError(f"{repo}: no minibert/ package here")
+    return sorted(p for p in package.rglob("*.py")
+                  if "coursework" not in p.relative_to(package).parts[:1] and "__pycache__" not in p.parts)
+
+
+def find_regions(repo):
+    """Every region under repo/minibert: (regions in table order, errors).
+    Errors: bad markers (see scan_text), a name marked twice, and a name of
+    the table marked nowhere."""
+    repo = Path(repo)
+    regions, errors = [], []
+    for file in lesson_files(repo):
+        text = file.read_text(encoding="utf-8")
+        if "exercise" not in text.lower():
+            continue
+        found, bad = scan_text(text, file.relative_to(repo).as_posix())
+        regions += found
+        errors += bad
+    seen = {}
+    for region in regions:
+        if region.name in seen:
+            errors.append(f"{region.path}:{region.start}: exercise {region.name!r} is marked twice "
+                          f"(also {seen[region.name].path}:{seen[region.name].start})")
+        else:
+            seen[region.name] = region
+    for a in ASSIGNMENTS:
+        for name in a.exercises:
+            if name not in seen:
+                errors.append(f"{TABLE_FILE}: exercise {name!r} of assignment {a.number} is not marked in the "
+                              f"code (no '# exercise: {name}' under minibert/)")
+    order = {name: i for i, name in enumerate(EXERCISE_NAMES)}
+    return sorted(seen.values(), key=lambda r: order[r.name]), errors
+
+
+def placeholder(name):
+    return f'raise NotImplementedError("exercise {name}: see docs/coursework.md#{name}")'
+
+
+def blank(text, regions):
+    """`text` with the lines strictly between each region's markers replaced
+    by one `raise NotImplementedError(...)` at the markers' indentation.
+    `regions` must all come from this text (scan_text)."""
+    lines = text.splitlines(keepends=True)
+    for region in sorted(regions, key=lambda r: r.start, reverse=True):
+        lines[region.start:region.end - 1] = [region.indent + placeholder(region.name) + "\n"]
+    return "".join(lines)
+
+
+def exercise_tests(repo):
+    """The `test_exercise_*` functions under repo/tests: ({exercise name:
+    [(test file relative path, function name), ...]}, [strays]) where a
+    stray is "file::function" matching no exercise of the table."""
+    tests, strays = {}, []
+    for file in sorted((Path(repo) / "tests").glob("test_*.py")):
+        text = file.read_text(encoding="utf-8")
+        if "test_exercise_" not in text:
+            continue
+        relative = file.relative_to(repo).as_posix()
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_exercise_"):
+                name = exercise_of_test(node.name)
+                if name is None:
+                    strays.append(f"{relative}::{node.name}")
+                else:
+                    tests.setdefault(name, []).append((relative, node.name))
+    return tests, strays

@@ -1,0 +1,76 @@
+"""The student copy: the repository with the chosen exercises blanked.
+
+The copy holds the files git knows (tracked, or new and not ignored), or,
+outside git, every file but .git, caches, compiled files and runs; so no
+solution text reaches it through history or bytecode.
+"""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from minibert.coursework.exercises import CourseworkError, assignment, blank, find_regions
+
+SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", "runs", "cache", ".benchmarks"}
+
+
+def _skipped(relative):
+    parts = Path(relative).parts
+    return (any(part in SKIPPED_DIRS or part.endswith(".egg-info") for part in parts[:-1])
+            or relative.endswith((".pyc", ".pyo")) or parts[-1] in SKIPPED_DIRS)
+
+
+def repository_files(repo):
+    """The files of the repository, relative, with "/"."""
+    repo = Path(repo).resolve()
+    listed = None
+    try:
+        top = subprocess.run(["git", "-C", str(repo), "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        if Path(top).resolve() == repo:
+            out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others",
+                                  "--exclude-standard"], capture_output=True, check=True).stdout
+            listed = sorted({name for name in out.decode("utf-8").split("\0") if name})
+    except (OSError, subprocess.CalledProcessError):
+        listed = None
+    if listed is None:
+        listed = sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file())
+    return [name for name in listed if not _skipped(name) and (repo / name).is_file()]
+
+
+def write_student_copy(repo, outdir, assignments=None):
+    """Copy `repo` to `outdir` with the exercises of `assignments` (numbers;
+    None = all) blanked. Returns (files copied, regions blanked)."""
+    repo, outdir = Path(repo).resolve(), Path(outdir).resolve()
+    if outdir == repo or repo in outdir.parents:
+        raise CourseworkError(f"{outdir}: inside the repository {repo}; write the student copy elsewhere")
+    if outdir.exists() and (not outdir.is_dir() or any(outdir.iterdir())):
+        raise CourseworkError(f"{outdir}: exists and is not an empty folder")
+    regions, errors = find_regions(repo)
+    structural = [e for e in errors if "is not marked in the code" not in e]
+    if structural:
+        raise CourseworkError(structural[0] + (f" (and {len(structural) - 1} more)" if len(structural) > 1 else ""))
+    if assignments:
+        chosen = {number for number in assignments if assignment(number)}
+        regions = [r for r in regions if r.assignment in chosen]
+    by_file = {}
+    for region in regions:
+        by_file.setdefault(region.path, []).append(region)
+    blanked = {}
+    for path, found in by_file.items():
+        text = blank((repo / path).read_text(encoding="utf-8"), found)
+        try:
+            compile(text, path, "exec")
+        except SyntaxError as e:
+            raise CourseworkError(f"{path}:{e.lineno}: blanked, the file no longer compiles: {e.msg}") from None
+        blanked[path] = text
+    files = repository_files(repo)
+    outdir.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        target = outdir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if name in blanked:
+            target.write_text(blanked[name], encoding="utf-8")
+        else:
+            shutil.copy2(repo / name, target)
+    return files, regions
