@@ -20,7 +20,9 @@ student is trained on
 
     alpha * CE(student logits, gold label) + (1 - alpha) * MSE(student logits, teacher logits)
 
-(CE only on examples with a gold label: the augmented ones have none) with
+(CE only on examples with a gold label: the augmented ones have none;
+--distill-term squared-l2 and --unlabelled-target teacher give the paper's
+choices, docs/guide.md) with
 Adadelta, evaluated on --eval each epoch; the best epoch is kept.
 STUDENT (a folder) holds student.safetensors, its vocabulary (vocab.txt, or
 the teacher's tokenizer files) and student.json. Predictions and metrics
@@ -40,6 +42,8 @@ examples:
   python distill.py --task sst2 --train ../shared/data/sst2/train.tsv \
       --eval ../shared/data/sst2/dev.tsv --no-teacher --output runs/sst2-bilstm-plain
   python distill.py --student runs/sst2-bilstm --eval ../shared/data/sst2/dev.tsv --json student.json
+  python distill.py --teacher runs/sst2 --paper-config sst2 --embeddings GoogleNews-vectors-negative300.txt \
+      --train ../shared/data/sst2/train.tsv --eval ../shared/data/sst2/dev.tsv --output runs/sst2-bilstm-paper
 """
 
 from pathlib import Path
@@ -81,6 +85,9 @@ transfer.add_argument("--p-pos", type=cli.probability(include_zero=True), defaul
 transfer.add_argument("--p-ng", type=cli.probability(include_zero=True), default=0.25,
                       help="probability that a sample is cut to one random n-gram")
 transfer.add_argument("--max-ngram", type=cli.positive_int, default=5, help="the n-grams' n is drawn from 1..this")
+transfer.add_argument("--pair-augment", choices=["consistent", "independent"], default="consistent",
+                      help="sentence pairs: consistent (default: one fate per word wherever it occurs in the pair) or "
+                           "independent (each sentence perturbed on its own, as the authors' augment_paired_data.py)")
 transfer.add_argument("--pos-file", metavar="FILE",
                       help="'word TAG ...' lines giving each word's part of speech (default: CoNLL-2003's "
                            "../shared/data/conll2003/eng.train next to the repository)")
@@ -90,7 +97,8 @@ transfer.add_argument("--cache-dir", type=cli.output_folder, metavar="DIR",
                            "~/.cache/minibert/distill)")
 transfer.add_argument("--teacher-batch-size", type=cli.positive_int, default=128,
                       help="examples per teacher forward pass")
-student = parser.add_argument_group("student (defaults: the authors' SST-2 BiLSTM, d-bert confs/birnn_sst2.json)")
+student = parser.add_argument_group("student (defaults: d-bert's confs/birnn_sst2.json, 'rand' embeddings; the "
+                                    "paper's 0.96M SST-2 student: --paper-config sst2)")
 student.add_argument("--embeddings", default="random", metavar="random|teacher|FILE",
                      help="random: U(-0.25, 0.25) word vectors (Tang's 'rand'); FILE: word2vec/GloVe text vectors "
                           "for the words they have (others random; an optional 'count dim' first line); teacher: "
@@ -111,6 +119,16 @@ student.add_argument("--min-count", type=cli.positive_int, default=1,
                           "(others read as [UNK]; not used with --embeddings teacher)")
 student.add_argument("--freeze-embeddings", action="store_true",
                      help="keep the embeddings fixed (Tang's 'static' mode); default: trained")
+student.add_argument("--embeddings-mode", choices=["rand", "static", "nonstatic", "multichannel"],
+                     help="the authors' modes (d-bert): rand (random vectors, trained; the default with --embeddings "
+                          "random), static (frozen: --freeze-embeddings), nonstatic (trained; the default with a "
+                          "vectors FILE or teacher), multichannel (a frozen and a trained copy of the vectors, "
+                          "concatenated: a 2x wider LSTM input, the paper's SST-2 student)")
+student.add_argument("--paper-config", choices=["sst2"],
+                     help="the paper's student in one flag: sst2 = d-bert's confs/birnn_sst2_150.json, multichannel "
+                          "300-d vectors, hidden 150, fc 200, dropout 0.1, batch 50: 963,002 parameters besides the "
+                          "embeddings, Tang et al.'s 0.96M (the authors' vectors: GoogleNews word2vec, --embeddings "
+                          "FILE; flags given explicitly win)")
 student.add_argument("--max-seq-len", type=cli.positive_int, default=128,
                      help="words (or word pieces) per text the student reads; the teacher keeps its own")
 train = parser.add_argument_group("training")
@@ -119,6 +137,13 @@ train.add_argument("--alpha", type=cli.probability(include_zero=True),
                         "(default 0 with a teacher: the augmented ~95%% of the transfer set has no gold label and "
                         "the teacher's logits carry it for the rest; the authors' code weighs both 1, i.e. 0.5 "
                         "here, Adadelta being insensitive to the overall scale. --no-teacher: 1)")
+train.add_argument("--distill-term", choices=["mse", "squared-l2"], default="mse",
+                   help="the distillation term per example: mse (default: (1/K)||z_teacher - z_student||^2, "
+                        "torch's MSE as the authors' code) or squared-l2 (||z_teacher - z_student||^2, the paper's "
+                        "equation; K times larger, which shifts the balance with the cross-entropy for 0 < alpha < 1)")
+train.add_argument("--unlabelled-target", choices=["none", "teacher"], default="none",
+                   help="the cross-entropy target of an augmented (unlabelled) example: none (default: it sees the "
+                        "distillation term only) or teacher (the teacher's argmax, the paper's reading)")
 train.add_argument("--optimizer", choices=["adadelta", "adam"], default="adadelta",
                    help="Adadelta (rho --rho) as the authors' code, or Adam; constant learning rate")
 train.add_argument("--lr", type=cli.positive_float, help="learning rate (default 1.0 for Adadelta, 5e-4 for Adam)")
@@ -182,11 +207,16 @@ def main(argv=None):
 
 
 def settings_from(args):
-    from minibert.support.distillation_settings import DistillationSettings
+    from minibert.support.distillation_settings import PAPER_CONFIGS, DistillationSettings
+    for key, value in PAPER_CONFIGS.get(args.paper_config, {}).items():
+        if getattr(args, key) == parser.get_default(key):      # a flag given explicitly wins over the preset
+            setattr(args, key, value)
     return DistillationSettings(
-        embeddings=args.embeddings, embedding_dim=args.embedding_dim, hidden_size=args.hidden_size,
-        fc_size=args.fc_size, pooling=args.pooling, dropout=args.dropout, min_count=args.min_count,
-        max_seq_len=args.max_seq_len, freeze_embeddings=args.freeze_embeddings, augment=not args.no_augment,
+        embeddings_mode=args.embeddings_mode, pair_augment=args.pair_augment, distill_term=args.distill_term,
+        unlabelled_target=args.unlabelled_target, embeddings=args.embeddings, embedding_dim=args.embedding_dim,
+        hidden_size=args.hidden_size, fc_size=args.fc_size, pooling=args.pooling, dropout=args.dropout,
+        min_count=args.min_count, max_seq_len=args.max_seq_len, freeze_embeddings=args.freeze_embeddings,
+        augment=not args.no_augment,
         n_iter=args.n_iter, p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng, max_ngram=args.max_ngram,
         pos_file=args.pos_file, cache_dir=str(args.cache_dir) if args.cache_dir else None,
         teacher_batch_size=args.teacher_batch_size, alpha=args.alpha, optimizer=args.optimizer, lr=args.lr,
@@ -202,6 +232,7 @@ def results_table(summary, title):
     rows.update({f"teacher {k}": v for k, v in (summary["teacher_metrics"] or {}).items()})
     rows["student parameters"] = f"{summary['parameters']:,}"
     rows["  without embeddings"] = f"{summary['parameters_without_embeddings']:,}"
+    rows["  Tang et al.'s SST-2 student"] = f"{summary['paper_parameters']:,} (0.96M) without embeddings"
     if summary["teacher_parameters"]:
         rows["teacher parameters"] = f"{summary['teacher_parameters']:,}"
     rows["transfer examples"] = f"{summary['transfer_examples']:,}"
@@ -258,6 +289,7 @@ def distil(args):
         results = {"task": summary["task"], "evaluated_on": args.eval, "teacher": args.teacher,
                    "distilled": not args.no_teacher, **best, **teacher, "parameters": summary["parameters"],
                    "parameters_without_embeddings": summary["parameters_without_embeddings"],
+                   "paper_parameters": summary["paper_parameters"],
                    "teacher_parameters": summary["teacher_parameters"], "train_seconds": summary["train_seconds"],
                    "transfer_seconds": summary["transfer_seconds"], "cache_hit": summary["cache_hit"],
                    "train_examples": summary["train_examples"], "transfer_examples": summary["transfer_examples"],

@@ -14,10 +14,15 @@ Say which layers run with exactly one of:
                          runs K/G more times)
 
 Copies are untied by default (the paper's scheme): each is its own deep copy,
-and the result is a plain BERT with more layers. --tied keeps one copy of each
-layer and runs it at several depths (a cheap ablation). transformers has no
-tied layers, so the folder written for a tied model stores every depth as its
-own layer -- transformers loads it as an ordinary untied BERT with the same
+and the result is a plain BERT with more layers. The same works on a DeBERTa
+(the relative-position table is shared by all layers already) and on an
+ALBERT, whose shared group is then copied into a distinct group at every depth
+(num_hidden_groups = the new depth, a layout transformers loads as it is).
+
+--tied (BERT only) keeps one copy of each layer and runs it at several depths
+(a cheap ablation; ALBERT's tied form is --repeat). transformers has no tied
+layers, so the folder written for a tied model stores every depth as its own
+layer -- transformers loads it as an ordinary untied BERT with the same
 outputs -- and config.json gets an extra "layer_order" key that transformers
 ignores and minibert uses to tie the copies again on load.
 
@@ -34,6 +39,8 @@ examples:
   python duplicate.py --model DIR --order 0,0,1,1,2,2,3 --tied --output tied/ --probe
   python duplicate.py --model DIR --duplicate 0,1 --output deeper/ --probe --json probe.json --plot probe.png
   python duplicate.py --model ALBERT_DIR --repeat 4 --output albert16/
+  python duplicate.py --model ALBERT_DIR --duplicate 0,1 --output albert-untied/
+  python duplicate.py --model DEBERTA_DIR --duplicate 0,1 --output deberta-deeper/
 """
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, make_parent_folder, output_file, output_folder,
@@ -45,8 +52,9 @@ parser.add_argument("--model", default=None,
 parser.add_argument("--output", type=output_folder, required=True, metavar="DIR",
                     help="folder to write the deeper model to (not the --model folder, nor inside it)")
 how = parser.add_mutually_exclusive_group(required=True)
-how.add_argument("--duplicate", metavar="I,J,...", help="BERT: follow each listed layer by a copy of itself")
-how.add_argument("--order", metavar="I,J,...", help="BERT: the layer indices to run, in order")
+how.add_argument("--duplicate", metavar="I,J,...",
+                 help="follow each listed layer by an untied copy of itself (BERT, DeBERTa; ALBERT: untied groups)")
+how.add_argument("--order", metavar="I,J,...", help="the layer indices to run, in order (untied copies unless --tied)")
 how.add_argument("--repeat", type=positive_int, metavar="K", help="ALBERT: run the shared group K more times")
 parser.add_argument("--tied", action="store_true",
                     help="BERT: share the copies instead of deep-copying them (saved untied for transformers, "
@@ -88,9 +96,6 @@ def main(argv=None):
         record.update(method="repeat", repeat=args.repeat)
         labels = None                                   # the config says it all: group g, pass p
     else:
-        if config.model_type == "albert":
-            raise MiniBertError("--duplicate/--order: this is an ALBERT model, whose layers are already shared; "
-                                "use --repeat K to run the shared group K more times")
         if args.duplicate is not None:
             order = duplication.duplicate_order(L, duplication.parse_indices(args.duplicate, "--duplicate"))
         else:

@@ -86,6 +86,10 @@ train.add_argument("--max-seq-len", type=cli.int_at_least(8), help="tokens per e
 train.add_argument("--warmup", type=cli.probability(include_zero=True, include_one=False), default=0.1,
                    help="fraction of the steps with a rising learning rate")
 train.add_argument("--weight-decay", type=cli.non_negative_float, default=0.01, help="AdamW weight decay")
+train.add_argument("--optimizer", choices=("adamw", "bert-adam"), default="adamw",
+                   help="adamw: torch's AdamW, with Adam's bias correction (default; the README's pretraining and "
+                        "fine-tuning results used it); bert-adam: Google BERT's own AdamWeightDecay, without bias "
+                        "correction")
 train.add_argument("--seed", type=cli.seed, default=0, help="random seed (data order, dropout, head init, split)")
 train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
@@ -246,7 +250,7 @@ def fine_tune(args):
         max_minutes=args.max_minutes, settings={**task_settings(args), "evaluated_on": eval_name},
         sift=sift_config(args), run_settings=run_settings(args, eval_name),
         eval_name="held-out" if args.split_eval is not None else Path(args.eval or "").name,
-        keep_checkpoint=args.keep_checkpoint)
+        keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer)
     best = summary.get("best")
     if best is not None:
         record = {"task": args.task, "evaluated_on": eval_name, **best}

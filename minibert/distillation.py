@@ -24,24 +24,23 @@ the authors' code castorini/d-bert (docs/papers.md 2.2).
 
 import dataclasses
 import time
-from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from minibert.augment import PosLexicon, transfer_set
 from minibert.finetuning import BestEpoch, LengthGroupedBatches, evaluate, load_task_model, run_model
 from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier, StudentConfig
-from minibert.support.distillation_run import describe_run, parameter_counts, resume_config, run_record
+from minibert.support.distillation_run import Teacher, describe_run, parameter_counts, resume_config, run_record
 from minibert.support.distillation_settings import (DistillationSettings, check_files, check_run,  # noqa: F401
                                                     check_teacher_folder, is_pair_task, pos_file_path)
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
+from minibert.support.student_batches import collate_student
 from minibert.support.student_folder import STUDENT_FILE, load_student, previous_best, save_student  # noqa: F401
 from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer, build_vocabulary
 from minibert.support.transfer_cache import cached_transfer_set
@@ -72,21 +71,18 @@ def build_student(task, tokenizer, settings, teacher=None):
     start = StartingEmbeddings(settings, tokenizer, teacher.model.base_model if teacher else None)
     config = StudentConfig(vocab_size=tokenizer.vocab_size, num_classes=len(task.labels), embedding_dim=start.dim,
                            hidden_size=settings.hidden_size, fc_size=settings.fc_size, pair=is_pair_task(task),
-                           pooling=settings.pooling, dropout=settings.dropout, padding_id=tokenizer.pad_id)
+                           pooling=settings.pooling, dropout=settings.dropout, padding_id=tokenizer.pad_id,
+                           embeddings_mode=settings.embeddings_mode)      # rand, static, nonstatic, multichannel
     torch.manual_seed(seed_from(settings.seed, "student"))
     model = BiLSTMClassifier(config)
     start.fill(model.embedding.weight, config.padding_id)
-    model.embedding.weight.requires_grad_(not settings.freeze_embeddings)    # frozen: Tang's "static" mode
+    model.copy_static_channel()                 # multichannel: the frozen copy starts from the same vectors
     return model, start.report
 
 
 # ----------------------------------------------------------------------------
 # 2. The transfer set and 3. the teacher's logits on it
 # ----------------------------------------------------------------------------
-
-
-# A finetune.py classifier: the model, its task object, its tokenizer, task.json, and its folder.
-Teacher = namedtuple("Teacher", "model task tokenizer record folder")
 
 
 def load_teacher(folder, task_name=None):
@@ -103,13 +99,8 @@ def make_transfer_set(examples, lexicon, settings, progress=False):
     texts_b = None if all(e.text_b is None for e in examples) else [e.text_b or "" for e in examples]
     samples = transfer_set([e.text_a for e in examples], texts_b, lexicon, n_iter=settings.n_iter,
                            seed=settings.seed, p_mask=settings.p_mask, p_pos=settings.p_pos, p_ng=settings.p_ng,
-                           max_n=settings.max_ngram, progress=progress)
+                           max_n=settings.max_ngram, progress=progress, pair_scheme=settings.pair_augment)
     return list(examples) + [ClassificationExample(a, b, None, None, examples[i].line) for a, b, i in samples]
-
-
-def logits_as_arrays(logits, batch):
-    """run_model's `outputs` for the teacher: its logits, one (K,) array per row (not probabilities)."""
-    return list(logits.float().cpu().numpy())
 
 
 def teacher_logits(teacher, examples, batch_size=128, device="cpu", progress=True, bf16=False):
@@ -119,6 +110,8 @@ def teacher_logits(teacher, examples, batch_size=128, device="cpu", progress=Tru
     it was fine-tuned; gold labels play no part."""
     unlabelled = [dataclasses.replace(e, label=None) for e in examples]
     features = teacher.task.features(unlabelled, teacher.tokenizer, teacher.record["max_seq_len"])
+    def logits_as_arrays(logits, batch):     # run_model's `outputs`: one (K,) array per row (not probabilities)
+        return list(logits.float().cpu().numpy())
     rows = run_model(teacher.model, features, teacher.tokenizer.pad_id, logits_as_arrays, batch_size, device, progress,
                      bf16=bf16)
     return np.stack(rows).astype(np.float32)
@@ -165,28 +158,6 @@ def student_features(task, examples, tokenizer, logits=None):
     return features
 
 
-def pad(sequences, pad_id):
-    """Right-padded ids (B, T) and their attention mask (B, T), T the longest."""
-    rows = [torch.as_tensor(s, dtype=torch.long) for s in sequences]
-    ids = pad_sequence(rows, batch_first=True, padding_value=pad_id)                     # (B, T)
-    lengths = torch.tensor([len(s) for s in sequences])
-    return ids, (torch.arange(ids.shape[1]) < lengths[:, None]).long()
-
-
-def collate_student(features, pad_id):
-    """A batch (the collate hook of finetuning's LengthGroupedBatches):
-    input_ids, attention_mask, input_ids_b / attention_mask_b for pairs,
-    labels (B,), and the teacher's logits (B, K) when the features carry them."""
-    batch = {}
-    batch["input_ids"], batch["attention_mask"] = pad([f["input_ids"] for f in features], pad_id)
-    if "input_ids_b" in features[0]:
-        batch["input_ids_b"], batch["attention_mask_b"] = pad([f["input_ids_b"] for f in features], pad_id)
-    batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.long)
-    if "teacher_logits" in features[0]:
-        batch["teacher_logits"] = torch.from_numpy(np.stack([f["teacher_logits"] for f in features]))
-    return batch
-
-
 def student_logits(model, batch):
     """z^(S) (B, K): run_model's `logits_of` for the student."""
     return model(batch["input_ids"], batch["attention_mask"], batch.get("input_ids_b"), batch.get("attention_mask_b"))
@@ -197,27 +168,41 @@ def student_logits(model, batch):
 # ----------------------------------------------------------------------------
 
 
-def distillation_loss(z_student, z_teacher, labels, alpha):
+def distillation_loss(z_student, z_teacher, labels, alpha, distill_term="mse", unlabelled="none"):
     """L on one batch of logits z^(S), z^(B) (B, K) and gold labels (B,):
 
         L         = alpha * L_CE + (1 - alpha) * L_distill
         L_CE      = -log softmax(z^(S))[gold]     mean over the examples with a gold label
         L_distill = (1/K) ||z^(B) - z^(S)||^2     mean over all examples
 
-    on logits, before any softmax. An augmented sample has no gold label
-    (IGNORE_INDEX): only L_distill sees it. Returns (L, sums): each weighted
-    term summed over the batch (a term of weight 0 left out); training.train
-    divides each sum by `averaged_over` for its whole step, which is L."""
+    on logits, before any softmax. distill_term "squared-l2" drops the 1/K:
+    the paper's equation; the default "mse" is torch's MSE, the authors' code.
+    An augmented sample has no gold label (IGNORE_INDEX): only L_distill sees
+    it, unless unlabelled="teacher" gives it the teacher's argmax as its label
+    (ce_targets). Returns (L, sums): each weighted term summed over the batch
+    (a term of weight 0 left out); training.train divides each sum by
+    `averaged_over` for its whole step, which is L."""
+    labels = ce_targets(labels, z_teacher, unlabelled)
     # exercise: distillation-loss
     sums = {}
-    if alpha < 1:      # the paper's squared distance divided by K, as torch's MSE and the authors' code compute it
-        squared_distance = ((z_student - z_teacher) ** 2).mean(-1)        # (B,): (1/K) ||z^(B) - z^(S)||^2
+    if alpha < 1:      # the paper's squared distance; "mse" divides it by K, as torch's MSE and the authors' code
+        squared_distance = ((z_student - z_teacher) ** 2).sum(-1)         # (B,): ||z^(B) - z^(S)||^2
+        if distill_term == "mse":
+            squared_distance = squared_distance / z_student.shape[-1]
         sums["distill"] = (1 - alpha) * squared_distance.sum()
     if alpha > 0:      # the cross-entropy skips the rows labelled IGNORE_INDEX
         sums["gold"] = alpha * F.cross_entropy(z_student, labels, ignore_index=IGNORE_INDEX, reduction="sum")
     counts = averaged_over(labels, alpha)
     return sum(sums[term] / max(counts[term], 1) for term in sums), sums     # L: each sum over its count
     # end exercise
+
+
+def ce_targets(labels, z_teacher, unlabelled="none"):
+    """The labels L_CE reads: as given, or with unlabelled="teacher" each
+    IGNORE_INDEX replaced by the teacher's argmax (the paper's reading for
+    the transfer set, docs/guide.md)."""
+    teacher_labels = unlabelled == "teacher" and z_teacher is not None
+    return torch.where(labels == IGNORE_INDEX, z_teacher.argmax(-1), labels) if teacher_labels else labels
 
 
 def averaged_over(labels, alpha):
@@ -236,17 +221,17 @@ class DistillationObjective:
     "accuracy" is the student's agreement with the teacher's argmax (distill)
     or with the gold label (gold)."""
 
-    def __init__(self, alpha):
-        self.alpha = alpha
+    def __init__(self, alpha, distill_term="mse", unlabelled="none"):
+        self.alpha, self.distill_term, self.unlabelled = alpha, distill_term, unlabelled
 
     def counts(self, batch):
-        return averaged_over(batch["labels"], self.alpha)
+        return averaged_over(ce_targets(batch["labels"], batch.get("teacher_logits"), self.unlabelled), self.alpha)
 
     def losses(self, model, batch):
         z_student, labels = student_logits(model, batch).float(), batch["labels"]
-        z_teacher = batch["teacher_logits"].float() if self.alpha < 1 else None
-        _, sums = distillation_loss(z_student, z_teacher, labels, self.alpha)
-        predicted = z_student.argmax(-1)
+        z_teacher = batch["teacher_logits"].float() if "teacher_logits" in batch else None
+        _, sums = distillation_loss(z_student, z_teacher, labels, self.alpha, self.distill_term, self.unlabelled)
+        labels, predicted = ce_targets(labels, z_teacher, self.unlabelled), z_student.argmax(-1)
         right = {"distill": lambda: (predicted == z_teacher.argmax(-1)).sum(),         # agrees with the teacher
                  "gold": lambda: ((predicted == labels) & (labels != IGNORE_INDEX)).sum()}  # right on a gold label
         return {term: (value, right[term]()) for term, value in sums.items()}
@@ -345,8 +330,9 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     if progress and context.is_main:
         tqdm.write(describe_run(task, record, len(batches), total_steps, counts))
     train_started = time.time()
-    summary = train(model, batches, DistillationObjective(settings.alpha), config, context,
-                    output / "checkpoint.pt", run_config=resume_config(task, settings, total_steps, model, tokenizer, record),
+    objective = DistillationObjective(settings.alpha, settings.distill_term, settings.unlabelled_target)
+    summary = train(model, batches, objective, config, context, output / "checkpoint.pt",
+                    run_config=resume_config(task, settings, total_steps, model, tokenizer, record),
                     evaluate=best_epoch if eval_examples is not None else None, resume=resume,
                     progress=progress, optimizer_factory=optimizer_factory(settings))
     train_seconds = time.time() - train_started

@@ -27,6 +27,18 @@ source-layer indices run at each new depth:
   its own layer (transformers loads it as an ordinary, untied BERT) and adds
   "layer_order" to config.json, from which minibert ties them again on load.
 
+The same untied scheme serves the other two families:
+
+* ALBERT: the shared group's weights are copied into a distinct group at
+  every new depth (num_hidden_groups = depth, inner_group_num unchanged), a
+  layout transformers' ALBERT loads as it is (depth l runs group l). Its tied
+  form is `repeat_albert`, which adds depths and no weights.
+* DeBERTa: the layers are copied as for BERT; the relative-position table P
+  belongs to the encoder, not to a layer, and every depth reads it, so the
+  copies need nothing new. The Enhanced Mask Decoder reruns whatever layer
+  is last, which `order` keeps unless it ends elsewhere. minibert's DeBERTa
+  has no `layer_order`, so it has no tied form.
+
 Layer indices are *depths of the source model* (Hugging Face's
 `encoder.layer.i`), so duplicating an already-duplicated model works the same
 way. Embeddings, pooler and heads are copied unchanged.
@@ -38,6 +50,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from minibert.deberta import DebertaModel
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
 from minibert.model import BertModel
@@ -101,14 +114,22 @@ def deepen_bert(model, order, tied=False):
 
     Untied: `len(order)` distinct layers, each a copy of its source layer.
     Tied: one copy of each source layer used, in order of first use, and a
-    `layer_order` saying which runs where (None when no layer repeats)."""
+    `layer_order` saying which runs where (None when no layer repeats).
+    An ALBERT or a DeBERTa is deepened untied only (module docstring)."""
     config = model.config
-    if config.model_type != "bert":
-        raise MiniBertError("--duplicate/--order: this is an ALBERT model, whose layers are already shared; "
-                            "use --repeat K to run the shared group K more times")
-    plan = config.depth_plan()                       # source depth -> distinct source layer
+    plan = config.depth_plan()                       # source depth -> distinct source layer (ALBERT: group)
     check_indices(order, len(plan), "--order")
     sources = [plan[depth] for depth in order]       # distinct source layer run at each new depth
+    if isinstance(model, DebertaModel):
+        if tied:
+            raise MiniBertError("--tied: minibert's DeBERTa has no layer_order to run one layer at several "
+                                "depths; duplicate it untied (without --tied)")
+        return copy_deberta_layers(model, sources)
+    if config.model_type == "albert":
+        if tied:
+            raise MiniBertError("--tied: ALBERT's layers are already shared; --repeat K gives the tied form "
+                                "(--duplicate/--order give the untied one)")
+        return untie_albert(model, sources)
     if tied:
         distinct, layer_order = tied_layers(sources)
     else:
@@ -145,6 +166,32 @@ def copy_layers(model, num_layers, distinct, layer_order=None):
     # end exercise
 
 
+def untie_albert(model, groups):
+    """ALBERT, untied: a copy of source group `groups[d]` at every new depth d.
+    The result is an ALBERT with one group per depth (num_hidden_groups =
+    depth), which transformers' AlbertModel loads and runs in the same order.
+    Group g holds layers g * inner .. g * inner + inner - 1."""
+    inner = model.config.inner_group_num
+    distinct = [g * inner + i for g in groups for i in range(inner)]     # source layers, group by group
+    deeper = copy_layers(model, len(groups), distinct)                   # one group per depth
+    deeper.config.num_hidden_groups = len(groups)      # copy_layers left None, which means the same; say it
+    return deeper
+
+
+def copy_deberta_layers(model, sources):
+    """DeBERTa, untied: new layer d <- a copy of source layer sources[d].
+    Everything outside the layers (embeddings, the shared relative table and
+    its LayerNorm, v2's convolution branch after depth 0, pooler, MLM head)
+    is copied unchanged: it has the same shape at any depth."""
+    new_config = dataclasses.replace(model.config, num_hidden_layers=len(sources))
+    deeper = DebertaModel(new_config, with_pooler=model.pooler is not None, with_mlm_head=model.mlm_head is not None)
+    state = {name: value for name, value in model.state_dict().items() if not name.startswith("encoder.layers.")}
+    deeper.load_state_dict(state, strict=False)      # all but the layers, which are filled next
+    for new_index, source_index in enumerate(sources):
+        deeper.encoder.layers[new_index].load_state_dict(model.encoder.layers[source_index].state_dict())
+    return deeper.eval()
+
+
 def repeat_albert(model, k):
     """ALBERT shares its layers, so "duplicating" means running them more
     times: num_hidden_layers L -> L + k, no new weights.
@@ -156,7 +203,8 @@ def repeat_albert(model, k):
     runs where, and are refused."""
     config = model.config
     if config.model_type != "albert":
-        raise MiniBertError("--repeat: this is a BERT model with distinct layers; use --duplicate or --order")
+        kind = "DeBERTa" if isinstance(model, DebertaModel) else "BERT"
+        raise MiniBertError(f"--repeat: this is a {kind} model with distinct layers; use --duplicate or --order")
     if not isinstance(k, int) or k < 1:
         raise MiniBertError(f"--repeat {k}: expected a positive integer")
     G, L = config.num_groups, config.num_hidden_layers

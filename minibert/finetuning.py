@@ -291,7 +291,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
               learning_rate=5e-5, batch_size=32, eval_batch_size=128, max_seq_len=128, warmup=0.1,
               weight_decay=0.01, seed=0, bf16=False, device="auto", resume=False, progress=True,
               max_minutes=None, settings=None, sift=None, run_settings=None, eval_name="held-out",
-              keep_checkpoint=False):
+              keep_checkpoint=False, optimizer="adamw"):
     """Fine-tune `model_name` (anything load_pretrained reads) on the task and
     write the best epoch's model to `output`. Returns a summary dict.
     `eval_name`: what the evaluation lines call eval_examples ("dev.tsv").
@@ -300,7 +300,9 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     `sift`: a sift.SiftConfig to train with SiFT's adversarial loss (task.json
     records its settings), or None. `run_settings`: more {flag: value} that
     shape the run (finetune.py: the training file, ...); with these
-    arguments they are what --resume must find unchanged."""
+    arguments they are what --resume must find unchanged. `optimizer`:
+    "adamw" (torch's) or "bert-adam" (Google's, without bias correction:
+    training.BertAdam)."""
     context = setup_context(device)
     output = Path(output)
     tokenizer = load_tokenizer(model_name)
@@ -339,7 +341,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     config = TrainingConfig(total_steps=total_steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=int(warmup * total_steps), seed=seed, log_every=10,
                             eval_every=len(batches), checkpoint_every=len(batches), max_minutes=max_minutes,
-                            bf16=bf16, eval_name=eval_name)
+                            bf16=bf16, eval_name=eval_name, optimizer=optimizer)
     run_config = {"task": task.name, "base_model": str(model_name), "total_steps": total_steps,
                   "batch_size": batch_size, "seed": seed, "grad_accum_steps": 1, "max_seq_len": max_seq_len,
                   "train_examples": len(train_examples)}
@@ -347,7 +349,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         run_config["sift"] = settings["sift"]
     run_config["settings"] = {   # --resume refuses a run where one differs (training.check_same_run)
         "--task": task.name, "--model": str(model_name), "--lr": learning_rate, "--warmup": warmup,
-        "--weight-decay": weight_decay, "--max-seq-len": max_seq_len,
+        "--weight-decay": weight_decay, "--max-seq-len": max_seq_len, "--optimizer": optimizer,
         "the tokenizer's casing (do_lower_case)": getattr(tokenizer, "do_lower_case", None),
         "--sift": settings.get("sift"),
         **{f"--{k.replace('_', '-')}": v for k, v in getattr(task, "settings", {}).items()

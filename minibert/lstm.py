@@ -232,9 +232,11 @@ class LSTM(nn.Module):
 
 @dataclass
 class StudentConfig:
-    """The student's hyper-parameters. Defaults are d-bert's SST-2 BiLSTM
-    (confs/birnn_sst2.json: 300-d "rand" word embeddings, hidden 150 per
-    direction, fc 200, dropout 0.1)."""
+    """The student's hyper-parameters. Defaults are d-bert's confs/birnn_sst2.json
+    (300-d "rand" word embeddings, hidden 150 per direction, fc 200, dropout
+    0.1: 603,002 parameters besides the embeddings). The paper's 0.96M SST-2
+    student (Table 3) is the same with embeddings_mode "multichannel"
+    (confs/birnn_sst2_150.json): a 600-d LSTM input, 963,002 parameters."""
 
     vocab_size: int
     num_classes: int                 # K
@@ -245,6 +247,8 @@ class StudentConfig:
     pooling: str = "final"           # "final": concatenated final states (the authors' default); "max": max over time
     dropout: float = 0.1             # after fc1's ReLU
     padding_id: int = 0              # the id that pads input_ids (its embedding stays zero)
+    embeddings_mode: str = "rand"    # the authors' modes: "rand", "static" (frozen), "nonstatic", or "multichannel":
+                                     # a frozen copy beside the trained table, the LSTM reading both (2E)
 
     def __post_init__(self):
         check_student_fields(self.to_dict(), "StudentConfig")    # a config that exists is a valid one
@@ -281,7 +285,13 @@ class BiLSTMClassifier(nn.Module):
         self.config = config
         H = config.hidden_size
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.padding_id)
-        self.lstm = LSTM(config.embedding_dim, H, bidirectional=True)
+        self.embedding.weight.requires_grad_(config.embeddings_mode != "static")     # "static": never trained
+        channels = 1
+        if config.embeddings_mode == "multichannel":     # d-bert's second, frozen channel (model/base.py)
+            self.static_embedding = nn.Embedding(config.vocab_size, config.embedding_dim,
+                                                 padding_idx=config.padding_id).requires_grad_(False)
+            channels = 2
+        self.lstm = LSTM(channels * config.embedding_dim, H, bidirectional=True)
         features = 8 * H if config.pair else 2 * H
         self.fc1 = nn.Linear(features, config.fc_size)
         self.dropout = nn.Dropout(config.dropout)
@@ -295,14 +305,28 @@ class BiLSTMClassifier(nn.Module):
         with torch.no_grad():
             nn.init.uniform_(self.embedding.weight, -0.25, 0.25)
             self.embedding.weight[self.config.padding_id].zero_()
+        self.copy_static_channel()
+
+    @torch.no_grad()
+    def copy_static_channel(self):
+        """multichannel: both channels start from the same vectors; only the
+        trained one moves. (Call it again after filling the trained table.)"""
+        if self.config.embeddings_mode == "multichannel":
+            self.static_embedding.weight.copy_(self.embedding.weight)
+
+    def embed(self, input_ids):
+        """The word vectors (B, T, E); multichannel: the frozen and the trained
+        ones side by side (B, T, 2E)."""
+        if self.config.embeddings_mode != "multichannel":
+            return self.embedding(input_ids)
+        return torch.cat([self.static_embedding(input_ids), self.embedding(input_ids)], dim=-1)
 
     def encode(self, input_ids, attention_mask):
         """One sentence per row, right-padded -> its vector (B, 2H): the
         BiLSTM's final states, or with pooling "max" the maximum of its
         outputs over the real positions."""
         lengths = lengths_from_mask(input_ids, attention_mask)       # (B,)
-        embedded = self.embedding(input_ids)                         # (B, T, E)
-        outputs, final = self.lstm(embedded, lengths)                # (B, T, 2H), (B, 2H)
+        outputs, final = self.lstm(self.embed(input_ids), lengths)   # (B, T, 2H), (B, 2H)
         if self.config.pooling == "final":
             return final
         # Padded outputs are zero, and zero could beat a real output that is

@@ -290,7 +290,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
              grad_accum_steps=1, steps=10000, learning_rate=5e-4, warmup_steps=1000, weight_decay=0.01,
              max_grad_norm=1.0, seed=0, pair_objective="none", mask_prob=0.15, whole_word=False,
              eval_every=1000, eval_batches=20, checkpoint_every=1000, max_minutes=None, resume=False,
-             device="auto", num_workers=0, cache_dir=None, progress=True, bf16=False, keep_checkpoint=False):
+             device="auto", num_workers=0, cache_dir=None, progress=True, bf16=False, keep_checkpoint=False,
+             optimizer="adamw"):
     """Pretrain a model from scratch and save it in Hugging Face layout in
     `output`. Returns the training summary. `model_config` says which: a
     BertConfig pretrains BERT or ALBERT with MLM (+ NSP/SOP), a DebertaConfig
@@ -303,7 +304,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     run has reached `steps` and the model is saved, unless keep_checkpoint;
     a run stopped early (max_minutes) keeps it to be resumed. bf16: train
     under bfloat16 autocast (any device; weights stay float32), as
-    finetune.py --bf16; without it, float32 throughout."""
+    finetune.py --bf16; without it, float32 throughout. optimizer: "adamw"
+    (torch's) or "bert-adam" (Google's, without bias correction: training.BertAdam)."""
     context = setup_context(device)
     output = Path(output)
     if model_config.vocab_size != tokenizer.vocab_size:
@@ -338,11 +340,13 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                   "corpus": [str(f) for f in corpus], "heldout": [str(f) for f in heldout],
                   "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer),   # --resume compares it
                   "vocabulary": {"kind": tokenizer.kind, "do_lower_case": tokenizer.do_lower_case,
-                                 "tokens": vocabulary(tokenizer)}}           # --resume rebuilds the tokenizer
+                                 "tokens": vocabulary(tokenizer)},           # --resume rebuilds the tokenizer
+                  "settings": {"--optimizer": optimizer}}     # --resume refuses another (check_same_run)
     config = TrainingConfig(total_steps=steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=warmup_steps, max_grad_norm=max_grad_norm,
                             grad_accum_steps=grad_accum_steps, seed=seed, eval_every=eval_every,
-                            checkpoint_every=checkpoint_every, max_minutes=max_minutes, bf16=bf16)
+                            checkpoint_every=checkpoint_every, max_minutes=max_minutes, bf16=bf16,
+                            optimizer=optimizer)
     checkpoint_path = output / CHECKPOINT
     resume = resume and can_resume(output)
     start = load_checkpoint(checkpoint_path)["step"] if resume else 0

@@ -6,7 +6,7 @@ The loop in `train` is the whole story of one optimizer step:
     count what each loss averages over (masked tokens, sentences), summed over
       all micro-batches and all processes
     for each micro-batch: forward (bf16 autocast on CUDA, or on CPU when asked), loss, backward
-    clip the gradient norm, AdamW step, learning-rate schedule step
+    clip the gradient norm, AdamW (or BERT's Adam) step, learning-rate schedule step
 
 Each loss term is a sum over items divided by the *global* count for the
 step, so one process with batch 2N and two processes with batch N compute
@@ -79,16 +79,70 @@ def setup_context(device="auto"):
 # Optimizer and schedule ([BERT] A.2; Google's optimization.py)
 # ----------------------------------------------------------------------------
 
+OPTIMIZERS = ("adamw", "bert-adam")   # --optimizer: torch's AdamW (the default), or BERT's own
 
-def make_optimizer(model, learning_rate, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6):
-    """AdamW with decoupled weight decay on the weight matrices only: like
-    Google's optimizer, LayerNorm parameters and biases are not decayed."""
+
+class BertAdam(torch.optim.Optimizer):
+    """Google's AdamWeightDecayOptimizer (BERT's optimization.py), written
+    out. For each parameter x with gradient g, step t, learning rate lr:
+
+        m = beta1 m + (1 - beta1) g                 first moment
+        v = beta2 v + (1 - beta2) g^2               second moment
+        update = m / (sqrt(v) + eps)                no bias correction: m and v
+                                                    are NOT divided by 1 - beta^t
+        update = update + weight_decay x            decoupled decay, inside the update
+        x = x - lr update
+
+    torch's AdamW differs in one place only: it divides m by 1 - beta1^t and
+    v by 1 - beta2^t (Adam's bias correction), so its first step moves each
+    coordinate by lr (m / sqrt(v) = g / |g|). Without it, m and v start near
+    0 and the first step is (1 - beta1) / sqrt(1 - beta2) = 0.1 / 0.0316 =
+    3.16 times bigger; BERT's warm-up keeps those steps small. The weight
+    decay is the same in both: lr * weight_decay * x, from x before the step."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for x in group["params"]:
+                if x.grad is None:
+                    continue
+                state = self.state[x]
+                if not state:
+                    state["m"], state["v"] = torch.zeros_like(x), torch.zeros_like(x)
+                m, v, g = state["m"], state["v"], x.grad
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                update = m / (v.sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    update.add_(x, alpha=group["weight_decay"])
+                x.add_(update, alpha=-group["lr"])
+
+    def load_state_dict(self, state_dict):
+        """Refuse another optimizer's state (AdamW's exp_avg, exp_avg_sq)."""
+        for saved in state_dict.get("state", {}).values():
+            if not {"m", "v"} <= set(saved):
+                raise ValueError(f"BERT's Adam keeps m and v; the saved state has {sorted(saved)}")
+        super().load_state_dict(state_dict)
+
+
+def make_optimizer(model, learning_rate, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6, optimizer="adamw"):
+    """AdamW (torch's, with bias correction) or "bert-adam" (Google's, without
+    it: BertAdam above), with decoupled weight decay on the weight matrices
+    only: like Google's optimizer, LayerNorm parameters and biases are not decayed."""
+    if optimizer not in OPTIMIZERS:
+        raise MiniBertError(f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
             continue
         (no_decay if parameter.ndim == 1 or "layer_norm" in name else decay).append(parameter)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if optimizer == "bert-adam":
+        return BertAdam(groups, lr=learning_rate, betas=betas, eps=eps)
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
 
 
@@ -112,6 +166,7 @@ def warmup_then_linear_decay(optimizer, warmup_steps, total_steps):
 def save_checkpoint(path, model, optimizer, scheduler, step, run_config):
     """Everything needed to resume, written atomically (temporary file, then rename)."""
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "optimizer_name": type(optimizer).__name__,       # --resume refuses another optimizer's state
              "scheduler": scheduler.state_dict(), "step": step, "run_config": run_config}
     with atomic_write(path) as f:
         torch.save(state, f)
@@ -200,6 +255,7 @@ class TrainingConfig:
     max_minutes: Optional[float] = None  # stop early (with a checkpoint) after this much wall time
     bf16: Optional[bool] = None    # bf16 autocast: None = on CUDA only, True = on CPU too, False = never
     eval_name: str = "held-out"    # what the evaluation lines call the set `evaluate` scores (e.g. "dev.tsv")
+    optimizer: str = "adamw"       # or "bert-adam" (BertAdam: Google's, without bias correction)
 
 
 def rows_for_rank(batch, context):
@@ -266,11 +322,12 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
     objective.losses(model, batch) -> {term: (sum of losses, number correct)}.
     evaluate(model) -> dict of held-out metrics (run on the main process).
     optimizer_factory(model) -> (optimizer, scheduler): another optimizer than
-    BERT's (distillation's Adadelta); default AdamW with warm-up and linear decay.
+    BERT's (distillation's Adadelta); default config.optimizer (AdamW or BERT's
+    own) with warm-up and linear decay.
     """
     model.to(context.device)
     if optimizer_factory is None:
-        optimizer = make_optimizer(model, config.learning_rate, config.weight_decay)
+        optimizer = make_optimizer(model, config.learning_rate, config.weight_decay, optimizer=config.optimizer)
         scheduler = warmup_then_linear_decay(optimizer, config.warmup_steps, config.total_steps)
     else:
         optimizer, scheduler = optimizer_factory(model)
@@ -289,6 +346,10 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
             model.load_state_dict(state["model"])
         except RuntimeError as e:
             raise MiniBertError(f"--resume: {checkpoint_path} does not fit this model ({str(e).splitlines()[0]})") from None
+        saved_optimizer = state.get("optimizer_name", type(optimizer).__name__)   # older checkpoints: not recorded
+        if saved_optimizer != type(optimizer).__name__:
+            raise MiniBertError(f"--resume: {checkpoint_path} holds the state of another optimizer ({saved_optimizer}) "
+                                f"than this run's ({type(optimizer).__name__})")
         try:
             optimizer.load_state_dict(state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])

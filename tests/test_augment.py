@@ -140,6 +140,24 @@ def test_pair_words_shared_by_both_sentences_get_the_same_fate(lexicon):
     assert changed > 300  # shared words were masked or replaced often, not just kept
 
 
+def test_independent_pairs_perturb_each_sentence_as_a_single_sentence_with_the_same_draws(lexicon):
+    words_a, words_b = ["noun1", "verb2", "adj3", "noun4"], ["adj3", "noun9", "noun1"]
+    pair = augment_pair(words_a, words_b, lexicon, np.random.default_rng(3), p_mask=0.3, p_pos=0.3, p_ng=0.5,
+                        scheme="independent")
+    rng = np.random.default_rng(3)                   # the first sentence's draws, then the second's
+    alone = (augment_words(words_a, lexicon, rng, p_mask=0.3, p_pos=0.3, p_ng=0.5),
+             augment_words(words_b, lexicon, rng, p_mask=0.3, p_pos=0.3, p_ng=0.5))
+    assert pair == alone
+    shared_fates_differ = 0
+    for seed in range(200):                          # a shared word no longer has one fate across the pair
+        a, b = augment_pair(["noun1"], ["noun1"], lexicon, np.random.default_rng(seed), p_mask=0.5, p_pos=0,
+                            p_ng=0, scheme="independent")
+        shared_fates_differ += a != b
+    assert 70 < shared_fates_differ < 130            # P(one masked, not the other) = 2 * 0.5 * 0.5
+    with pytest.raises(MiniBertError, match="pair scheme 'both': expected consistent or independent"):
+        augment_pair(words_a, words_b, lexicon, rng, scheme="both")
+
+
 # ----------------------------------------------------------------------------
 # The transfer set
 # ----------------------------------------------------------------------------

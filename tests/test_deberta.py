@@ -456,6 +456,39 @@ def test_v1_relative_index_is_query_minus_key_plus_k_clamped():
     assert torch.equal(delta.diagonal(), torch.full((7,), 4))
 
 
+def official_newest_relative_index(T, position_buckets, k):
+    """The newest official code's rule (da_utils.py, the fast path), written
+    out here: the distance clamped to +-(k - 1), then looked up in a table of
+    the buckets of -k .. k - 1, then the final clamp (docs/deberta.md 1.2)."""
+    S, m = position_buckets, position_buckets // 2
+    distances = torch.arange(-k, k)
+    near = (distances < m) & (distances > -m)
+    magnitude = torch.where(near, torch.full_like(distances, m - 1), distances.abs())
+    far_bucket = torch.ceil(torch.log(magnitude / m) / math.log((k - 1) / m) * (m - 1)) + m
+    table = torch.where(magnitude <= m, distances, (far_bucket * torch.sign(distances)).long())
+    positions = torch.arange(T)
+    r = (positions[:, None] - positions[None, :]).clamp(-(k - 1), k - 1)
+    return (table[r + k] + S).clamp(0, 2 * S - 1)
+
+
+def test_beyond_k_tokens_only_keys_k_or_more_after_the_query_read_another_row_than_the_newest_official_code():
+    """docs/deberta.md 1.2: with 256 buckets, k = 512 and 1024 tokens, the
+    pairs with j - i >= k, and only those, differ: row 0 here (as transformers
+    and the 0.1.12 release), row 1 in the newest official code, which clamps
+    the distance before bucketing. (T - k)(T - k + 1) / 2 = 512 * 513 / 2 pairs."""
+    S, k, T = 256, 512, 1024
+    config = DebertaConfig(**{**TINY, **V3, "position_buckets": S, "max_relative_positions": k,
+                              "max_position_embeddings": T})
+    ours, official = relative_index(T, config), official_newest_relative_index(T, S, k)
+    positions = torch.arange(T)
+    key_k_or_more_after = (positions[None, :] - positions[:, None]) >= k          # j - i >= k
+    differ = ours != official
+    assert int(differ.sum()) == 131_328 == (T - k) * (T - k + 1) // 2
+    assert torch.equal(differ, key_k_or_more_after)
+    assert set(ours[differ].tolist()) == {0} and set(official[differ].tolist()) == {1}
+    assert torch.equal(relative_index(k, config), official_newest_relative_index(k, S, k))   # T <= k: equal
+
+
 def test_masked_softmax_is_zero_on_padding_and_on_padded_query_rows():
     scores = torch.tensor([[0.0, math.log(3.0), 5.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
     mask = pairwise_mask(torch.tensor([[1, 1, 0]]))[0, 0]                # query 2 is padding

@@ -120,6 +120,34 @@ def test_no_teacher_trains_the_plain_bilstm_on_gold_labels(setup, tmp_path, caps
     assert not (tmp_path / "cache").exists()                          # no teacher, nothing cached
 
 
+def test_paper_config_sst2_is_the_papers_student_and_explicit_flags_win():
+    script = load_script("distill.py")
+    settings = script.settings_from(script.parser.parse_args(["--paper-config", "sst2"]))
+    assert (settings.embeddings_mode, settings.embedding_dim, settings.hidden_size, settings.fc_size,
+            settings.dropout, settings.batch_size) == ("multichannel", 300, 150, 200, 0.1, 50)
+    settings = script.settings_from(script.parser.parse_args(["--paper-config", "sst2", "--hidden-size", "8"]))
+    assert settings.hidden_size == 8 and settings.embeddings_mode == "multichannel"
+    settings = script.settings_from(script.parser.parse_args([]))
+    assert (settings.embeddings_mode, settings.distill_term, settings.unlabelled_target, settings.pair_augment) == (
+        None, "mse", "none", "consistent")                 # today's defaults (rand once resolved)
+
+
+def test_the_papers_choices_train_a_multichannel_student_and_print_the_papers_count(setup, tmp_path, capsys):
+    code, captured = run_script_in_process(
+        capsys, "distill.py", *cli_args(setup, tmp_path / "paper", "--paper-config", "sst2", "--alpha", "0.5",
+                                        "--distill-term", "squared-l2", "--unlabelled-target", "teacher",
+                                        "--json", tmp_path / "paper.json"))
+    assert code == 0, captured.err
+    results = json.loads((tmp_path / "paper.json").read_text())
+    assert results["settings"]["embeddings_mode"] == "multichannel" and results["paper_parameters"] == 963_002
+    assert results["settings"]["distill_term"] == "squared-l2" and results["settings"]["unlabelled_target"] == "teacher"
+    lstm = 2 * (4 * 8 * 32 + 4 * 8 * 8 + 2 * 4 * 8)       # TINY_STUDENT's sizes win: 2 x 16-d channels, H 8
+    assert results["parameters_without_embeddings"] == lstm + (16 * 8 + 8) + (8 * 2 + 2)
+    assert "963,002 (0.96M) without embeddings" in captured.out
+    model, _, _ = load_student(tmp_path / "paper")
+    assert model.config.embeddings_mode == "multichannel" and not model.static_embedding.weight.requires_grad
+
+
 @pytest.mark.parametrize("extra", [[], ["--no-teacher"]])
 def test_embeddings_teacher_reads_the_teachers_pieces_and_starts_from_its_embeddings(setup, tmp_path, capsys, extra):
     code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--embeddings",

@@ -247,3 +247,28 @@ def test_exercise_distillation_loss_leaves_out_a_term_of_weight_zero():
     loss, sums = distillation_loss(z_student, z_teacher, torch.tensor([2]), alpha=1.0)
     log_z = math.log(math.exp(2) + 1 + math.exp(-1))
     assert set(sums) == {"gold"} and loss.item() == pytest.approx(log_z + 1, rel=1e-6)
+
+
+def test_the_papers_squared_l2_term_is_k_times_the_mse_term():
+    z_student = torch.tensor([[2.0, 0.0, -1.0]])
+    z_teacher = torch.tensor([[1.0, 1.0, 1.0]])
+    labels = torch.tensor([IGNORE_INDEX])
+    loss, _ = distillation_loss(z_student, z_teacher, labels, alpha=0.0, distill_term="squared-l2")
+    assert loss.item() == pytest.approx(1 + 1 + 4)                    # ||z_t - z_s||^2, no 1/K
+    loss, _ = distillation_loss(z_student, z_teacher, labels, alpha=0.0)
+    assert loss.item() == pytest.approx((1 + 1 + 4) / 3)              # the default: torch's MSE
+
+
+def test_unlabelled_target_teacher_gives_augmented_samples_the_teachers_argmax_as_label():
+    z_student = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    z_teacher = torch.tensor([[0.0, 0.0], [3.0, 1.0]])                 # the teacher says class 0 for the second
+    labels = torch.tensor([0, IGNORE_INDEX])
+    loss, sums = distillation_loss(z_student, z_teacher, labels, alpha=0.5, unlabelled="teacher")
+    ce_first, ce_second = math.log(1 + math.exp(-1)), math.log(1 + math.exp(2))   # -log softmax(z_s)[0] each
+    assert sums["gold"].item() == pytest.approx(0.5 * (ce_first + ce_second))
+    distill = 0.5 * ((1 + 0) / 2 + (9 + 1) / 2)                        # (1 - alpha) (1/K) ||z_t - z_s||^2, summed
+    assert loss.item() == pytest.approx(distill / 2 + 0.5 * (ce_first + ce_second) / 2)   # CE now over both rows
+    objective = DistillationObjective(0.5, unlabelled="teacher")
+    assert objective.counts({"labels": labels, "teacher_logits": z_teacher}) == {"distill": 2, "gold": 2}
+    assert DistillationObjective(0.5).counts({"labels": labels, "teacher_logits": z_teacher}) == {"distill": 2,
+                                                                                                  "gold": 1}

@@ -15,7 +15,8 @@ def test_counts_record_and_resume_config_of_a_run():
     counts = parameter_counts(model)
     lstm = 2 * (4 * 3 * 4 + 4 * 3 * 3 + 2 * 4 * 3)             # per direction: W_ih (4H, E), W_hh (4H, H), 2 biases
     assert counts == {"parameters": 6 * 4 + lstm + (6 * 5 + 5) + (5 * 2 + 2),
-                      "parameters_without_embeddings": lstm + (6 * 5 + 5) + (5 * 2 + 2), "teacher_parameters": None}
+                      "parameters_without_embeddings": lstm + (6 * 5 + 5) + (5 * 2 + 2), "teacher_parameters": None,
+                      "paper_parameters": 963_002}
     settings = DistillationSettings().resolved(task, True)
     record = run_record(settings, "runs/sst2", True, "train.tsv", None, "random U(-0.25, 0.25)", 48, 900)
     assert record["evaluated_on"] is None and record["settings"]["alpha"] == 0.0 and record["transfer_examples"] == 900
@@ -23,7 +24,8 @@ def test_counts_record_and_resume_config_of_a_run():
         "sst2: 48 training examples, 900 in the transfer set, 18 batches of 50 per epoch, 540 steps; student: ")
     config = resume_config(task, settings, 540, model, tokenizer)
     other = WordTokenizer(build_vocabulary(["a bad film"]), 8)
-    assert config["model_config"] == model.config.to_dict()
+    # one embedding table: the config as before embeddings_mode existed, so older checkpoints still resume
+    assert config["model_config"] == {k: v for k, v in model.config.to_dict().items() if k != "embeddings_mode"}
     other_config = resume_config(task, settings, 540, model, other)
     assert config["vocabulary_fingerprint"] != other_config["vocabulary_fingerprint"]
 
@@ -41,3 +43,17 @@ def test_resume_config_records_every_setting_that_shapes_the_run_by_flag(tmp_pat
     assert flags["--no-augment"] is False and flags["--no-teacher"] is True and flags["--teacher"] is None
     assert flags["--train"].startswith(f"{train} (29 bytes, sha256 ")
     assert not {"--cache-dir", "--teacher-batch-size", "--eval-batch-size", "--max-minutes"} & set(flags)
+
+
+def test_the_papers_sst2_student_counts_963002_parameters_besides_its_two_embedding_tables():
+    settings = DistillationSettings(embeddings_mode="multichannel").resolved(make_task("sst2"), True)
+    model = BiLSTMClassifier(StudentConfig(1000, 2, embedding_dim=300, hidden_size=settings.hidden_size,
+                                           fc_size=settings.fc_size, embeddings_mode=settings.embeddings_mode))
+    counts = parameter_counts(model)
+    lstm = 2 * (4 * 150 * 600 + 4 * 150 * 150 + 2 * 4 * 150)   # 600-d input: the frozen and the trained copy
+    assert counts["parameters_without_embeddings"] == lstm + (300 * 200 + 200) + (200 * 2 + 2) == 963_002
+    assert counts["parameters"] == 963_002 + 2 * 1000 * 300
+    assert round(counts["parameters_without_embeddings"] / 1e6, 2) == 0.96 == round(counts["paper_parameters"] / 1e6, 2)
+    record = run_record(settings, None, True, "train.tsv", None, "random U(-0.25, 0.25)", 1, 1)
+    assert "963,002 without the embeddings; Tang et al.'s SST-2 student: 963,002, 0.96M" in describe_run(
+        make_task("sst2"), record, 1, 1, counts)

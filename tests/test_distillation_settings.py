@@ -40,3 +40,25 @@ def test_a_run_that_cannot_work_fails_before_any_work(tmp_path):
 def test_bf16_is_off_unless_asked_and_survives_resolving():
     assert DistillationSettings().resolved(make_task("sst2"), with_teacher=True).bf16 is False
     assert DistillationSettings(bf16=True).resolved(make_task("mrpc"), with_teacher=False).bf16 is True
+
+
+def test_embeddings_modes_follow_the_older_flags_and_contradictions_are_refused():
+    sst2 = make_task("sst2")
+    assert DistillationSettings().resolved(sst2, True).embeddings_mode == "rand"
+    frozen = DistillationSettings(freeze_embeddings=True).resolved(sst2, True)
+    assert frozen.embeddings_mode == "static" and frozen.freeze_embeddings
+    assert DistillationSettings(embeddings="teacher").resolved(sst2, True).embeddings_mode == "nonstatic"
+    assert DistillationSettings(embeddings_mode="static").resolved(sst2, True).freeze_embeddings
+    with pytest.raises(MiniBertError, match="--freeze-embeddings is --embeddings-mode static, not multichannel"):
+        DistillationSettings(freeze_embeddings=True, embeddings_mode="multichannel").resolved(sst2, True)
+    rand_with_vectors = DistillationSettings(embeddings="teacher", embeddings_mode="rand").resolved(sst2, True)
+    with pytest.raises(MiniBertError, match="--embeddings-mode rand starts from random vectors"):
+        check_run(rand_with_vectors, sst2, True, True, CLASSIFICATION)
+    with pytest.raises(MiniBertError, match="--distill-term 'l2': expected one of mse, squared-l2"):
+        check_run(DistillationSettings(distill_term="l2").resolved(sst2, True), sst2, True, True, CLASSIFICATION)
+
+
+def test_the_papers_sst2_configuration_is_multichannel_hidden_150_fc_200():
+    paper = distillation_settings.PAPER_CONFIGS["sst2"]
+    assert paper == {"embeddings_mode": "multichannel", "embedding_dim": 300, "hidden_size": 150, "fc_size": 200,
+                     "dropout": 0.1, "batch_size": 50}

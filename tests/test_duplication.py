@@ -206,6 +206,106 @@ def test_albert_repeat_adds_depth_and_transformers_agrees(tmp_path, groups, laye
     compare_with_transformers(tmp_path / "out", deeper, transformers.AlbertForPreTraining)
 
 
+def run_in_order(model, sources):
+    """The source model's own layers (groups) run in `sources`, shared, not
+    copied: what an untied copy must compute before it is fine-tuned."""
+    import copy
+    reference = copy.deepcopy(model)
+    if hasattr(reference.encoder, "depth_plan"):             # BERT, ALBERT: the plan says which group runs
+        reference.encoder.depth_plan = list(sources)
+    else:                                                    # DeBERTa: the layers run in list order
+        reference.encoder.layers = torch.nn.ModuleList(reference.encoder.layers[i] for i in sources)
+    return reference
+
+
+@pytest.mark.parametrize("groups,layers,inner", [(1, 3, 1), (2, 4, 1), (1, 2, 2)])
+def test_albert_duplicate_unties_the_shared_group_and_transformers_agrees(tmp_path, groups, layers, inner,
+                                                                          transformers):
+    save_tiny_model(tmp_path / "albert", model_type="albert", num_hidden_layers=layers, num_hidden_groups=groups,
+                    inner_group_num=inner)
+    albert = load_pretrained(tmp_path / "albert")
+    order = duplication.duplicate_order(layers, [0, 1])
+    deeper = duplication.deepen_bert(albert, order)
+    sources = duplication.source_order(albert, order)
+    depth = layers + 2
+    assert deeper.config.num_hidden_layers == depth and deeper.config.num_hidden_groups == depth
+    assert len(deeper.encoder.layers) == depth * inner                    # a distinct group at every depth
+    for d, g in enumerate(sources):                                       # each a copy, owning its storage
+        for i in range(inner):
+            ours, source = deeper.encoder.layers[d * inner + i], albert.encoder.layers[g * inner + i]
+            assert_same_tensors(ours, source)
+            assert ours.attention.query.weight.data_ptr() != source.attention.query.weight.data_ptr()
+    inputs = batch(albert.config.vocab_size)
+    expected = run_model(run_in_order(albert, sources), inputs)
+    mine = run_model(deeper, inputs)
+    for a, b in zip(mine.hidden_states, expected.hidden_states, strict=True):
+        assert torch.equal(a, b)
+    duplication.write_model(deeper, tmp_path / "out", source_dir=albert.source_dir)
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (written["num_hidden_layers"], written["num_hidden_groups"], written["inner_group_num"]) == \
+        (depth, depth, inner)
+    compare_with_transformers(tmp_path / "out", deeper, transformers.AlbertForPreTraining)
+    assert_same_tensors(load_pretrained(tmp_path / "out"), deeper)
+
+
+# ----------------------------------------------------------------------------
+# DeBERTa: the relative table is shared by every layer already
+# ----------------------------------------------------------------------------
+
+
+def tiny_deberta(folder, shape):
+    from minibert.checkpoints import save_pretrained
+    from minibert.deberta import DebertaConfig, DebertaModel
+    from test_deberta import TINY, randomize
+    from test_deberta_checkpoints import SHAPES
+    model = randomize(DebertaModel(DebertaConfig(**TINY, **SHAPES[shape]), with_mlm_head=True), seed=1)
+    save_pretrained(model, folder)
+    return load_pretrained(folder)
+
+
+@pytest.mark.parametrize("shape", ["v3", "v2 conv, own relative projections", "v1"])
+def test_deberta_duplicate_writes_a_deeper_model_that_transformers_loads_with_equal_outputs(
+        shape, tmp_path, capsys, transformers):
+    from minibert.checkpoints import huggingface_state_dict
+    deberta = tiny_deberta(tmp_path / "deberta", shape)
+    code, captured = run_script_in_process(capsys, "duplicate.py", "--model", tmp_path / "deberta",
+                                           "--duplicate", "0,1", "--output", tmp_path / "out")
+    assert code == 0, captured.err
+    assert "5 layers (from 3), order 0,0,1,1,2" in captured.out
+    deeper = load_pretrained(tmp_path / "out")
+    assert type(deeper) is type(deberta) and deeper.config.num_hidden_layers == 5
+    theirs_named = huggingface_state_dict(deberta)
+    for name, tensor in huggingface_state_dict(deeper).items():      # the table P and the EMD's table unchanged
+        if ".layer." not in name:
+            assert torch.equal(tensor, theirs_named[name]), name
+
+    inputs = batch(deberta.config.vocab_size)
+    expected = run_model(run_in_order(deberta, [0, 0, 1, 1, 2]), inputs)
+    mine = run_model(deeper, inputs)
+    real = inputs["attention_mask"].bool()
+    for depth, (a, b) in enumerate(zip(mine.hidden_states, expected.hidden_states, strict=True)):
+        assert torch.equal(a, b), f"hidden state {depth}"
+    assert torch.equal(mine.mlm_logits, expected.mlm_logits)               # EMD reruns the same last layer
+
+    hf_class = transformers.DebertaModel if deberta.config.is_v1 else transformers.DebertaV2Model
+    hf, info = hf_class.from_pretrained(str(tmp_path / "out"), output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"], info
+    with torch.no_grad():
+        theirs = hf.eval()(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                           output_hidden_states=True)
+    assert len(theirs.hidden_states) == 6
+    for depth, (a, b) in enumerate(zip(mine.hidden_states, theirs.hidden_states)):
+        assert_close(a[real], b[real], f"hidden state {depth}")
+
+
+def test_deberta_tied_and_repeat_are_refused_saying_why(tmp_path):
+    deberta = tiny_deberta(tmp_path / "deberta", "v3")
+    with pytest.raises(MiniBertError, match="--tied: minibert's DeBERTa has no layer_order"):
+        duplication.deepen_bert(deberta, [0, 0, 1, 2], tied=True)
+    with pytest.raises(MiniBertError, match="--repeat: this is a DeBERTa model with distinct layers"):
+        duplication.repeat_albert(deberta, 2)
+
+
 # ----------------------------------------------------------------------------
 # Bad input
 # ----------------------------------------------------------------------------
@@ -220,7 +320,7 @@ def test_bad_input_raises(bert, tmp_path):
         (lambda: duplication.deepen_bert(bert, []), "empty"),
         (lambda: duplication.parse_indices("", "--order"), "--order: empty"),
         (lambda: duplication.parse_indices("1,x", "--duplicate"), "--duplicate '1,x'"),
-        (lambda: duplication.deepen_bert(albert2, [0, 0]), "ALBERT.*--repeat"),
+        (lambda: duplication.deepen_bert(albert2, [0, 0], tied=True), "--tied: ALBERT.*--repeat"),
         (lambda: duplication.repeat_albert(bert, 2), "BERT.*--duplicate"),
         (lambda: duplication.repeat_albert(albert2, 0), "--repeat 0"),
         (lambda: duplication.repeat_albert(albert2, 1), "multiples of 2"),
@@ -293,7 +393,8 @@ def test_cli_bad_arguments_are_usage_errors_or_one_line_errors(tmp_path, capsys)
         (("--model", tmp_path / "bert", "--order", "", "--output", out), 1, "--order: empty"),
         (("--model", tmp_path / "bert", "--order", "0,3", "--output", out), 1, "index 3 is out of range"),
         (("--model", tmp_path / "bert", "--repeat", "2", "--output", out), 1, "--repeat: this is a BERT"),
-        (("--model", tmp_path / "albert", "--duplicate", "0", "--output", out), 1, "ALBERT"),
+        (("--model", tmp_path / "albert", "--duplicate", "0", "--tied", "--output", out), 1,
+         "--tied: ALBERT's layers are already shared; --repeat K gives the tied form"),
         (("--model", tmp_path / "albert", "--repeat", "1", "--tied", "--output", out), 1, "--tied"),
         (("--model", tmp_path / "bert", "--duplicate", "0", "--output", tmp_path / "full"), 1, "--force"),
         (("--model", tmp_path / "bert", "--duplicate", "0"), 2, "--output"),

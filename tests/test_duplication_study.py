@@ -169,3 +169,106 @@ def test_held_out_snli_pairs_are_written_as_jsonl_that_reads_back_unchanged(tmp_
     back = make_task("snli").read(tmp_path / "heldout.jsonl")
     assert [(e.text_a, e.text_b, e.label, e.id) for e in back] == [(e.text_a, e.text_b, e.label, e.id)
                                                                   for e in examples]
+
+
+# ----------------------------------------------------------------------------
+# SQuAD 2.0 and the paper's ensemble of patterns
+# ----------------------------------------------------------------------------
+
+
+def write_toy_squad2(path, articles, seed):
+    """A SQuAD 2.0 file of `articles` articles: "was the film good ?" answered
+    by the sentiment word of a short review, and one unanswerable question each."""
+    import random
+    rng = random.Random(seed)
+    data = []
+    for a in range(articles):
+        word = rng.choice(POSITIVE + NEGATIVE)
+        context = f"the film was {word} and the plot was a story"
+        qas = [{"id": f"{seed}-{a}-yes", "question": "was the film good ?", "is_impossible": False,
+                "answers": [{"text": word, "answer_start": context.index(word)}]},
+               {"id": f"{seed}-{a}-no", "question": "was it a show ?", "is_impossible": True, "answers": []}]
+        data.append({"title": f"article {seed}-{a}", "paragraphs": [{"context": context, "qas": qas}]})
+    path.write_text(json.dumps({"version": "v2.0", "data": data}), encoding="utf-8")
+    return path
+
+
+def test_squad_study_with_patterns_reports_squad_figures_and_the_pattern_ensemble(setup, capsys, tmp_path):
+    root = setup[0]
+    train = write_toy_squad2(tmp_path / "train.json", 16, seed=0)
+    held_out = write_toy_squad2(tmp_path / "eval.json", 4, seed=1)
+    work = tmp_path / "study"
+    code, captured = run_script_in_process(
+        capsys, SCRIPT, "--task", "squad", "--model", root / "base", "--train", train, "--eval", held_out,
+        "--duplicate", "0", "--patterns", "0", "1", "2", "--seeds", "0", "1", "--epochs", "1", "--lr", "3e-3",
+        "--batch-size", "4", "--max-seq-len", "32", "--device", "cpu", "--work", work, "--json", work / "r.json")
+    assert code == 0, captured.err
+    out = captured.out
+
+    # pattern 0 is the duplicated variant itself; 1 and 2 are two more untied models
+    for name, order in (("dup-1", [0, 1, 1, 2]), ("dup-2", [0, 1, 2, 2])):
+        record = json.loads((work / "models" / name / "duplication.json").read_text())
+        assert record["order"] == order and record["tied"] is False
+        assert json.loads((work / "models" / name / "config.json").read_text()).get("layer_order") is None
+    assert not (work / "models" / "dup-0").exists()
+    assert sum(line.startswith("run ") for line in out.splitlines()) == 10          # 5 variants x 2 seeds
+
+    results = json.loads((work / "r.json").read_text())
+    assert results["metric"] == "f1" and results["patterns"] == ["0", "1", "2"]
+    assert list(results["variants"]) == ["base", "duplicated", "tied", "dup-1", "dup-2"]
+    assert results["figures"] == ["exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_f1", "best_f1",
+                                  "best_f1_thresh"]
+    for name, row in results["variants"].items():
+        run = row["runs"]["0"]
+        assert set(run["figures"]) == set(results["figures"]) and run["figures"]["f1"] == run["f1"]
+        assert row["figures_mean"]["f1"] == pytest.approx(row["mean"])
+        assert 0 <= row["figures_mean"]["NoAns_f1"] <= 100
+    patterns = results["pattern_ensemble"]
+    assert patterns["members"] == ["duplicated", "dup-1", "dup-2"] and patterns["patterns"] == ["0", "1", "2"]
+    assert set(patterns["scores"]) == {"0", "1"} and patterns["figures_mean"]["f1"] == pytest.approx(patterns["mean"])
+    best = max(results["variants"], key=lambda n: results["variants"][n]["mean"])
+    comparison = results["comparisons"]["pattern_ensemble"]
+    assert comparison["against"] == best
+    assert comparison["difference"] == pytest.approx(patterns["mean"] - results["variants"][best]["mean"])
+    assert comparison["difference_to_base_seed_ensemble"] == pytest.approx(
+        patterns["mean"] - results["base_seed_ensemble"]["score"])
+    assert "The paper's ensemble of 3 untied patterns (0; 1; 2)" in results["conclusion"]
+    for row in ("duplicated (1)", "duplicated (2)", "ensemble of the 3 patterns", "mean over seeds"):
+        assert any(line.startswith(row) for line in out.splitlines()), row
+
+
+def test_squad_split_eval_is_refused_pointing_to_held_out_articles(setup, capsys, tmp_path):
+    root = setup[0]
+    train = write_toy_squad2(tmp_path / "train.json", 4, seed=0)
+    code, captured = run_script_in_process(
+        capsys, SCRIPT, "--task", "squad", "--model", root / "base", "--train", train, "--split-eval", "0.25",
+        "--work", tmp_path / "study")
+    assert code == 1 and "--split-eval: not for squad" in captured.err and "squad_articles.py" in captured.err
+
+
+def test_an_albert_study_unties_the_shared_group_and_ties_by_repeating_it(setup, capsys, tmp_path):
+    from tiny_models import save_tiny_model
+    root, train, dev = setup
+    save_tiny_model(tmp_path / "albert", model_type="albert", num_hidden_layers=2,
+                    sentences=[" ".join(POSITIVE + NEGATIVE + FILLER)], with_pooler=False, with_pair_head=False)
+    args = study_args(setup, tmp_path / "study", "--duplicate", "1")
+    args[args.index("--model") + 1] = tmp_path / "albert"
+    code, captured = run_script_in_process(capsys, SCRIPT, *args)
+    assert code == 0, captured.err
+    models = tmp_path / "study" / "models"
+    untied = json.loads((models / "duplicated" / "config.json").read_text())
+    tied = json.loads((models / "tied" / "config.json").read_text())
+    assert (untied["model_type"], untied["num_hidden_layers"], untied["num_hidden_groups"]) == ("albert", 3, 3)
+    assert (tied["model_type"], tied["num_hidden_layers"], tied["num_hidden_groups"]) == ("albert", 3, 1)
+    results = json.loads((tmp_path / "study" / "results.json").read_text())
+    assert {n: (r["layers"], r["distinct_layers"]) for n, r in results["variants"].items()} == \
+        {"base": (2, 1), "duplicated": (3, 3), "tied": (3, 1)}
+
+
+def test_a_deberta_study_is_refused_saying_why(capsys, tmp_path, setup):
+    from test_duplication import tiny_deberta
+    tiny_deberta(tmp_path / "deberta", "v3")
+    args = study_args(setup, tmp_path / "study")
+    args[args.index("--model") + 1] = tmp_path / "deberta"
+    code, captured = run_script_in_process(capsys, SCRIPT, *args)
+    assert code == 1 and "a DeBERTa; this study's tied ablation" in captured.err and "no layer_order" in captured.err

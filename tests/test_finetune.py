@@ -244,6 +244,7 @@ def test_resume_with_a_changed_setting_names_the_flag_and_both_values(setup, tmp
     changed = [(["--lr", "1e-3"], "--lr 0.003, this run has --lr 0.001"),
                (["--warmup", "0.2"], "--warmup 0.1, this run has --warmup 0.2"),
                (["--weight-decay", "0"], "--weight-decay 0.01, this run has --weight-decay 0.0"),
+               (["--optimizer", "bert-adam"], "--optimizer 'adamw', this run has --optimizer 'bert-adam'"),
                (["--max-train-examples", "300"], "--max-train-examples None, this run has --max-train-examples 300"),
                (["--sift"], "--sift None, this run has --sift {"),
                (["--bf16"], "--bf16 False, this run has --bf16 True")]

@@ -273,6 +273,29 @@ def test_student_config_round_trips_through_a_dict():
     assert StudentConfig.from_dict({"vocab_size": 500, "num_classes": 2}, "x.json") == StudentConfig(500, 2)
 
 
+def test_a_student_json_without_embeddings_mode_loads_as_rand_with_one_trained_table():
+    config = StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2}, "old/student.json")
+    model = BiLSTMClassifier(config)
+    assert config.embeddings_mode == "rand" and model.embedding.weight.requires_grad
+    assert not hasattr(model, "static_embedding") and model.lstm.input_size == 300
+    with pytest.raises(MiniBertError, match="old/student.json: student config field 'embeddings_mode' = 'non-static'"):
+        StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2, "embeddings_mode": "non-static"},
+                                "old/student.json")
+
+
+def test_static_mode_freezes_the_table_and_multichannel_reads_a_frozen_and_a_trained_copy():
+    static = BiLSTMClassifier(StudentConfig(20, 2, embedding_dim=4, hidden_size=3, embeddings_mode="static"))
+    assert not static.embedding.weight.requires_grad and static.lstm.input_size == 4
+    torch.manual_seed(0)
+    model = BiLSTMClassifier(StudentConfig(20, 2, embedding_dim=4, hidden_size=3, embeddings_mode="multichannel"))
+    assert model.lstm.input_size == 8 and not model.static_embedding.weight.requires_grad
+    assert torch.equal(model.static_embedding.weight, model.embedding.weight)    # both start from the same vectors
+    ids = torch.tensor([[5, 6, 7]])
+    assert torch.equal(model.embed(ids), torch.cat([model.embedding(ids), model.embedding(ids)], dim=-1))
+    model(ids, torch.ones_like(ids)).sum().backward()
+    assert model.static_embedding.weight.grad is None and model.embedding.weight.grad[5].abs().sum() > 0
+
+
 # ---- coursework exercise: lstm-gates ------------------------------------------------------------
 
 

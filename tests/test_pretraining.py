@@ -179,6 +179,8 @@ def test_vocab_config_mismatch_and_incompatible_resume_are_clear_errors(corpus_a
     run_pretrain(files, tokenizer, tmp_path / "b", steps=2)
     with pytest.raises(MiniBertError, match="--resume: .*batch_size"):
         run_pretrain(files, tokenizer, tmp_path / "b", steps=2, batch_size=4, resume=True)
+    with pytest.raises(MiniBertError, match="--resume: .*--optimizer 'adamw', this run has --optimizer 'bert-adam'"):
+        run_pretrain(files, tokenizer, tmp_path / "b", steps=2, optimizer="bert-adam", resume=True)
 
 
 # ----------------------------------------------------------------------------

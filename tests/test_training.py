@@ -3,13 +3,15 @@ distillation all run, on a tiny BERT with a toy objective (no corpus, no
 tokenizer, no transformers).
 
 What it must get right ([BERT] A.2; Google's optimization.py): the learning
-rate warms up then decays linearly, AdamW decays only the weight matrices,
+rate warms up then decays linearly, AdamW decays only the weight matrices
+(and so does BERT's own Adam, which differs from AdamW by the bias correction only),
 the gradient is clipped to its maximum norm, micro-batches accumulate to
 exactly one big batch, a checkpoint resumes bit for bit, and the run stops
 early and evaluates when it is told to.
 """
 
 import copy
+import math
 import os
 import re
 import subprocess
@@ -21,7 +23,7 @@ import torch.nn.functional as F
 
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
-from minibert.training import (Context, TrainingConfig, evaluation_line, load_checkpoint, make_optimizer,
+from minibert.training import (BertAdam, Context, TrainingConfig, evaluation_line, load_checkpoint, make_optimizer,
                                process_is_alive, remove_stale_temporary_files, rows_for_rank, train,
                                warmup_then_linear_decay)
 from tiny_models import small_config
@@ -144,6 +146,80 @@ def test_adamw_weight_decay_is_decoupled_from_the_gradient():
                           0.95 * before["encoder.layers.0.attention.query.weight"])
     assert torch.equal(after["encoder.layers.0.attention.query.bias"], before["encoder.layers.0.attention.query.bias"])
     assert torch.equal(after["embeddings.layer_norm.weight"], before["embeddings.layer_norm.weight"])
+
+
+def test_bert_adam_takes_two_steps_worked_by_hand():
+    # Google's AdamWeightDecayOptimizer, lr 0.1, betas (0.9, 0.999), eps 1e-6, weight decay 0.1,
+    # one weight x = 1 with gradients 2, then 1. No bias correction: m and v are used as they are.
+    #   step 1: m = 0.1 * 2 = 0.2              v = 0.001 * 4 = 0.004
+    #           update = 0.2 / (sqrt(0.004) + 1e-6) + 0.1 * 1 = 3.1622277 + 0.1 = 3.2622277
+    #           x = 1 - 0.1 * 3.2622277 = 0.6737772
+    #   step 2: m = 0.9 * 0.2 + 0.1 * 1 = 0.28  v = 0.999 * 0.004 + 0.001 * 1 = 0.004996
+    #           update = 0.28 / (sqrt(0.004996) + 1e-6) + 0.1 * 0.6737772 = 4.0287045
+    #           x = 0.6737772 - 0.1 * 4.0287045 = 0.2709068
+    x = torch.nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
+    optimizer = BertAdam([x], lr=0.1, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.1)
+    expected = [(0.2, 0.004, 0.6737772339041066), (0.28, 0.004996, 0.2709067814873578)]
+    for gradient, (m, v, weight) in zip((2.0, 1.0), expected):
+        x.grad = torch.tensor([gradient], dtype=torch.float64)
+        optimizer.step()
+        state = optimizer.state[x]
+        assert state["m"].item() == pytest.approx(m, abs=1e-12) and state["v"].item() == pytest.approx(v, abs=1e-12)
+        assert x.item() == pytest.approx(weight, abs=1e-12)
+
+
+def test_bert_adam_differs_from_adamw_at_step_one_exactly_by_the_bias_correction():
+    # Both start from m = v = 0, so after one step m = (1 - beta1) g and v = (1 - beta2) g^2.
+    # AdamW divides them by 1 - beta1 and 1 - beta2 (bias correction) before the same update;
+    # BERT's Adam does not: its first step is about (1 - beta1) / sqrt(1 - beta2) = 3.16 times AdamW's.
+    lr, weight_decay, eps, (beta1, beta2) = 0.01, 0.5, 1e-6, (0.9, 0.999)
+    x0 = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
+    g = torch.tensor([0.3, -0.05, 2.0, 0.0], dtype=torch.float64)
+    m, v = (1 - beta1) * g, (1 - beta2) * g * g
+    decay = lr * weight_decay * x0                          # identical in both: decoupled, from x before the step
+    moved = {}
+    for name, make in (("adamw", torch.optim.AdamW), ("bert-adam", BertAdam)):
+        x = torch.nn.Parameter(x0.clone())
+        optimizer = make([x], lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay)
+        x.grad = g.clone()
+        optimizer.step()
+        moved[name] = (x0 - x).detach()
+    corrected = lr * (m / (1 - beta1)) / ((v / (1 - beta2)).sqrt() + eps) + decay
+    uncorrected = lr * m / (v.sqrt() + eps) + decay
+    assert torch.allclose(moved["adamw"], corrected, rtol=0, atol=1e-15)
+    assert torch.allclose(moved["bert-adam"], uncorrected, rtol=0, atol=1e-15)
+    ratio = (moved["bert-adam"] - decay)[:3] / (moved["adamw"] - decay)[:3]   # g = 0 moves neither
+    assert ratio.tolist() == pytest.approx([0.1 / math.sqrt(0.001)] * 3, rel=1e-3)     # 3.162...
+
+
+def test_bert_adam_decays_the_same_parameters_as_adamw():
+    model = BertModel(small_config())
+    adamw = make_optimizer(model, learning_rate=1e-3, weight_decay=0.01)
+    bert_adam = make_optimizer(model, learning_rate=1e-3, weight_decay=0.01, optimizer="bert-adam")
+    assert isinstance(bert_adam, BertAdam) and isinstance(adamw, torch.optim.AdamW)
+    for a, b in zip(adamw.param_groups, bert_adam.param_groups):
+        assert a["weight_decay"] == b["weight_decay"] and [id(p) for p in a["params"]] == [id(p) for p in b["params"]]
+    with pytest.raises(MiniBertError, match="--optimizer 'adam': expected one of adamw, bert-adam"):
+        make_optimizer(model, learning_rate=1e-3, optimizer="adam")
+
+
+def test_the_loop_trains_with_bert_adam_and_refuses_to_resume_it_with_adamw(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    summary = run(tiny_model(), toy_batches(6), path, total_steps=3, log_every=1, optimizer="bert-adam")
+    assert summary["history"][-1]["tokens_loss"] < summary["history"][0]["tokens_loss"]
+    state = load_checkpoint(path)
+    assert state["optimizer_name"] == "BertAdam" and {"m", "v"} <= set(next(iter(state["optimizer"]["state"].values())))
+    with pytest.raises(MiniBertError, match=r"holds the state of another optimizer \(BertAdam\) than this run's "
+                                            r"\(AdamW\)"):
+        run(tiny_model(), toy_batches(6), path, resume=True, total_steps=6)
+    # A checkpoint that does not name its optimizer (an older one): BertAdam itself refuses AdamW's state.
+    older = tmp_path / "older.pt"
+    run(tiny_model(), toy_batches(6), older, total_steps=3)
+    state = load_checkpoint(older)
+    del state["optimizer_name"]
+    torch.save(state, older)
+    with pytest.raises(MiniBertError, match="holds the state of another optimizer .*BERT's Adam keeps m and v"):
+        run(tiny_model(), toy_batches(6), older, resume=True, total_steps=6, optimizer="bert-adam")
 
 
 # ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Optional
 
 from minibert.support.errors import MiniBertError
 from minibert.support.folders import read_record
+from minibert.support.student_config import EMBEDDINGS_MODES
 
 SINGLE_SENTENCE_TASKS = ("sst2",)          # the other classification tasks are sentence pairs: a siamese student
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -38,6 +39,11 @@ class DistillationSettings:
     min_count: int = 1                       # a word enters the vocabulary when it occurs this often
     max_seq_len: int = 128                   # words (or word pieces) per text for the student
     freeze_embeddings: bool = False          # Tang's "static" mode; default "non-static" (trained)
+    # The authors' embedding modes (d-bert model/base.py): "rand" (random vectors, trained), "static" (frozen),
+    # "nonstatic" (trained), "multichannel" (a frozen and a trained copy of the same vectors concatenated:
+    # a 2E-d LSTM input, the paper's 0.96M SST-2 student). None: static with freeze_embeddings, else rand
+    # for random vectors and nonstatic for a vectors file or the teacher's.
+    embeddings_mode: Optional[str] = None
     # the transfer set ([Tang] section 3.2; minibert/augment.py)
     augment: bool = True
     n_iter: Optional[int] = None             # samples per example: 20 (single sentences), 10 (pairs)
@@ -45,6 +51,8 @@ class DistillationSettings:
     p_pos: float = 0.1
     p_ng: float = 0.25
     max_ngram: int = 5
+    pair_augment: str = "consistent"         # one fate per word across a pair; "independent": each sentence on
+                                             # its own, as the authors' augment_paired_data.py
     pos_file: Optional[str] = None           # default: ../shared/data/conll2003/eng.train
     cache_dir: Optional[str] = None          # default: $MINIBERT_CACHE/distill (~/.cache/minibert/distill)
     teacher_batch_size: int = 128
@@ -55,6 +63,10 @@ class DistillationSettings:
     # terms 1 (confs/base.json): that is --alpha 0.5, because Adadelta's step
     # hardly depends on the loss's overall scale.
     alpha: Optional[float] = None            # 0.0 with a teacher; 1.0 (gold labels only) without
+    distill_term: str = "mse"                # (1/K)||z^(B) - z^(S)||^2 as torch's MSE and the authors' code; or
+                                             # "squared-l2": ||z^(B) - z^(S)||^2, the paper's equation
+    unlabelled_target: str = "none"          # the CE target of an augmented sample: none (L_distill only), or
+                                             # "teacher": the teacher's argmax, the paper's reading
     optimizer: str = "adadelta"              # d-bert's Adadelta(rho=0.95); or "adam"
     lr: Optional[float] = None               # 1.0 for Adadelta (its usual value), 5e-4 for Adam (d-bert's lr)
     rho: float = 0.95
@@ -75,10 +87,25 @@ class DistillationSettings:
         values = dataclasses.asdict(self)
         defaults = {"hidden_size": 300 if pair else 150, "n_iter": 10 if pair else 20,
                     "alpha": 0.0 if with_teacher else 1.0, "lr": 1.0 if self.optimizer == "adadelta" else 5e-4}
+        if self.freeze_embeddings and self.embeddings_mode not in (None, "static"):
+            raise MiniBertError(f"--freeze-embeddings is --embeddings-mode static, not {self.embeddings_mode}")
+        defaults["embeddings_mode"] = ("static" if self.freeze_embeddings
+                                       else "rand" if self.embeddings == "random" else "nonstatic")
         for key, value in defaults.items():
             if values[key] is None:
                 values[key] = value
+        values["freeze_embeddings"] = values["embeddings_mode"] == "static"
         return DistillationSettings(**values)
+
+
+DISTILL_TERMS = ("mse", "squared-l2")
+UNLABELLED_TARGETS = ("none", "teacher")
+
+# The paper's students, one flag each (--paper-config): d-bert's confs/birnn_sst2_150.json, the SST-2 BiLSTM of
+# Table 3 with 0.96M parameters besides its embeddings: 300-d vectors in "multichannel" (600-d LSTM input),
+# hidden 150 per direction, fc 200, dropout 0.1, batch 50 (its count: distillation_run.PAPER_SST2).
+PAPER_CONFIGS = {"sst2": {"embeddings_mode": "multichannel", "embedding_dim": 300, "hidden_size": 150,
+                          "fc_size": 200, "dropout": 0.1, "batch_size": 50}}
 
 
 def check_files(settings):
@@ -132,6 +159,15 @@ def check_run(settings, task, has_teacher, distilling, classification_tasks):
     if task.name not in classification_tasks:
         raise MiniBertError(f"--task {task.name}: distillation is for sentence classification "
                             f"({', '.join(classification_tasks)})")
+    for flag, value, known in (("--embeddings-mode", settings.embeddings_mode, EMBEDDINGS_MODES),
+                               ("--pair-augment", settings.pair_augment, ("consistent", "independent")),
+                               ("--distill-term", settings.distill_term, DISTILL_TERMS),
+                               ("--unlabelled-target", settings.unlabelled_target, UNLABELLED_TARGETS)):
+        if value is not None and value not in known:
+            raise MiniBertError(f"{flag} {value!r}: expected one of {', '.join(known)}")
+    if settings.embeddings_mode == "rand" and settings.embeddings != "random":
+        raise MiniBertError(f"--embeddings-mode rand starts from random vectors, not --embeddings "
+                            f"{settings.embeddings}: use static, nonstatic or multichannel")
     if settings.optimizer not in ("adadelta", "adam"):
         raise MiniBertError(f"--optimizer {settings.optimizer!r}: expected adadelta or adam")
     if not distilling and settings.alpha != 1.0:

@@ -7,6 +7,7 @@ import math
 from minibert.support.errors import MiniBertError
 
 REQUIRED = ("vocab_size", "num_classes")
+EMBEDDINGS_MODES = ("rand", "static", "nonstatic", "multichannel")    # the authors' names (d-bert model/base.py)
 
 
 def check_student_fields(values, source):
@@ -23,6 +24,8 @@ def check_student_fields(values, source):
             fail(name, "a positive integer")
     if not isinstance(values["pair"], bool):
         fail("pair", "true or false")
+    if values.get("embeddings_mode", "rand") not in EMBEDDINGS_MODES:       # absent: the one mode there was
+        fail("embeddings_mode", "'rand', 'static', 'nonstatic' or 'multichannel'")
     if values["pooling"] not in ("final", "max"):
         fail("pooling", "'final' or 'max'")
     dropout = values["dropout"]
