@@ -61,7 +61,7 @@ from minibert.heads import IGNORE_INDEX, add_pooler_if_missing   # callers also 
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
-from minibert.support.folders import load_weights, read_record, write_folder, write_record
+from minibert.support.folders import check_task_record, load_weights, read_record, write_folder, write_record
 from minibert.support.seeds import generator_for
 from minibert.tasks.registry import TASK_NAMES
 from minibert.tokenization import load_tokenizer
@@ -400,17 +400,11 @@ def save_task_model(model, task, tokenizer, folder, settings, metrics=None):
 
 
 def read_task_record(folder):
+    """task.json, its fields checked (support/folders.py)."""
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
                                       f"finetune.py --task ... --output {folder}")
-    path, labels, length = Path(folder) / TASK_FILE, record.get("labels"), record["max_seq_len"]
-    if record["task"] not in TASK_NAMES:
-        raise MiniBertError(f"{path}: field 'task' is {str(record['task'])[:40]!r}; expected one of "
-                            f"{', '.join(TASK_NAMES)}")
-    if labels is not None and not (isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels)):
-        raise MiniBertError(f"{path}: field 'labels' must be a list of label names (strings), got {str(labels)[:60]}")
-    if type(length) is not int or length < 8:
-        raise MiniBertError(f"{path}: field 'max_seq_len' must be an integer >= 8, got {str(length)[:40]}")
+    check_task_record(Path(folder) / TASK_FILE, record, TASK_NAMES)
     return record
 
 

@@ -61,7 +61,8 @@ Emoji such as 😀, 👍 and 🎉 appear in tweets; URLs like https://example.or
 She said: "Don't panic," and he replied, 'It's fine.' They're ready; we've won; I'd agree.
 """
 
-# The edge cases of the issue. No literal special tokens here (see SPECIAL_TEXTS).
+# The edge cases: whitespace, casing, accents, CJK, emoji, long words, punctuation. No literal
+# special tokens here (see SPECIAL_TEXTS).
 TEXTS = [
     "",
     " ",

@@ -165,3 +165,17 @@ def read_record(folder, filename, required=(), missing_hint=""):
         if key not in record:
             raise MiniBertError(f"{path}: field '{key}' is missing")
     return record
+
+
+def check_task_record(path, record, task_names):
+    """A fine-tuned folder's task.json fields: a known task, labels as a list
+    of names, a max_seq_len a model can use. Each problem is one line naming
+    the file and the field."""
+    labels, length = record.get("labels"), record["max_seq_len"]
+    if record["task"] not in task_names:
+        raise MiniBertError(f"{path}: field 'task' is {str(record['task'])[:40]!r}; expected one of "
+                            f"{', '.join(task_names)}")
+    if labels is not None and not (isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels)):
+        raise MiniBertError(f"{path}: field 'labels' must be a list of label names (strings), got {str(labels)[:60]}")
+    if type(length) is not int or length < 8:
+        raise MiniBertError(f"{path}: field 'max_seq_len' must be an integer >= 8, got {str(length)[:40]}")
