@@ -28,7 +28,7 @@ Timing is interleaved: after an untimed warm-up pass each, every round runs
 one full pass of each contender, the order alternating between rounds.
 Throughput is sentences / the median pass time; a speed ratio is the median
 over rounds of (their pass time / the student's) in the same round, which
-cancels slow drifts of a shared machine. The issue's bars: the student at
+cancels slow drifts of a shared machine. The targets: the student at
 least 10x MiniLM-L6's throughput and 100x BERT-base's.
 
     python bench/bench_distill.py [--student DIR] [--teacher DIR] [--rounds 3] [--json results.json]

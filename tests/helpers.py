@@ -1,11 +1,13 @@
-"""Small helpers several test files share: running a script, encoding protobuf varints."""
+"""Small helpers several test files share: running a script, one and two processes, encoding protobuf varints."""
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from minibert.support.cli import run
 
@@ -27,6 +29,21 @@ def run_script_in_process(capsys, script, *args):
     with pytest.raises(SystemExit) as exit_info:
         run(module.main, [str(a) for a in args])
     return exit_info.value.code, capsys.readouterr()
+
+
+def one_and_two_process_weights(script, args, tmp_path):
+    """Run REPO/script with `args` in one process, then under torchrun in two
+    (gloo, one thread each), each writing --output tmp_path/one or /two with
+    its checkpoint.pt; returns the two checkpoints' model weights."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = {"one": [sys.executable, str(REPO / script)],
+            "two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                    str(REPO / script)]}
+    for name, command in runs.items():
+        done = subprocess.run([*command, *map(str, args), "--output", str(tmp_path / name)], capture_output=True,
+                              text=True, env=env, cwd=REPO, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    return [torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"] for name in runs]
 
 
 def varint(n):

@@ -10,21 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import run_script, run_script_in_process
+from helpers import one_and_two_process_weights, run_script, run_script_in_process
 from minibert.checkpoints import save_pretrained
 from minibert.model import BertModel
-from tiny_models import FILLER, NEGATIVE, POSITIVE, sentiment_rows, tiny_config, write_sst2, write_vocab
+from tiny_models import FILLER, NEGATIVE, POSITIVE, tiny_config, write_sst2, write_toy_sst2, write_vocab
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("finetune")
-    (root / "base").mkdir()
-    vocab_size = write_vocab(root / "base", [" ".join(POSITIVE + NEGATIVE + FILLER)])
-    torch.manual_seed(0)             # Google's initialisation; no pooler, like the bundled model
-    save_pretrained(BertModel(tiny_config(vocab_size), with_pooler=False, with_pair_head=False), root / "base")
-    train = write_sst2(root / "train.tsv", sentiment_rows(320, seed=0))
-    dev = write_sst2(root / "dev.tsv", sentiment_rows(64, seed=1))
+    train, dev = write_toy_sst2(root)
     return root, train, dev
 
 
@@ -143,10 +138,6 @@ def test_split_eval_holds_out_part_of_the_training_file_and_names_it(setup, tmp_
 
 
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(setup, tmp_path):
-    import os
-    import subprocess
-    import sys
-    from helpers import REPO
     root, train, dev = setup
     base = tmp_path / "base"                      # without dropout: the processes draw other masks than one would
     base.mkdir()
@@ -156,16 +147,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(setup, 
     args = ["--task", "sst2", "--model", base, "--train", train, "--eval", dev, "--max-steps", "4",
             "--batch-size", "16", "--max-seq-len", "32", "--lr", "3e-3", "--seed", "2", "--device", "cpu", "--quiet",
             "--keep-checkpoint"]                  # the final weights, to compare
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = {"one": [sys.executable, str(REPO / "finetune.py")],
-            "two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                    str(REPO / "finetune.py")]}
-    for name, command in runs.items():
-        done = subprocess.run([*command, *map(str, args), "--output", str(tmp_path / name)], capture_output=True,
-                              text=True, env=env, cwd=REPO, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-    a = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)["model"]
-    b = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)["model"]
+    a, b = one_and_two_process_weights("finetune.py", args, tmp_path)
     assert a.keys() == b.keys()
     for name in a:
         assert (a[name] - b[name]).abs().max() < 1e-5, name

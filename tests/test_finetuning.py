@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from minibert import finetuning
-from minibert.checkpoints import load_pretrained, save_pretrained
+from minibert.checkpoints import load_pretrained
 from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
@@ -20,18 +20,13 @@ from minibert.support.seeds import seed_from
 from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask
 from minibert.training import TrainingConfig, make_optimizer, setup_context, train, warmup_then_linear_decay
-from tiny_models import FILLER, NEGATIVE, POSITIVE, random_batch, sentiment_rows, tiny_config, write_sst2, write_vocab
+from tiny_models import random_batch, tiny_config, write_toy_sst2
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("finetuning")
-    (root / "base").mkdir()
-    vocab_size = write_vocab(root / "base", [" ".join(POSITIVE + NEGATIVE + FILLER)])
-    torch.manual_seed(0)             # Google's initialisation; no pooler, like the bundled model
-    save_pretrained(BertModel(tiny_config(vocab_size), with_pooler=False, with_pair_head=False), root / "base")
-    train_file = write_sst2(root / "train.tsv", sentiment_rows(320, seed=0))
-    dev = write_sst2(root / "dev.tsv", sentiment_rows(64, seed=1))
+    train_file, dev = write_toy_sst2(root)
     return root, train_file, dev
 
 

@@ -6,9 +6,6 @@ refuses parameters without a gradient), and the saved folder loads back to
 the very model that was trained."""
 
 import copy
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,7 +17,7 @@ from minibert.deberta import DebertaConfig, DebertaModel, DebertaPooler
 from minibert.model import Pooler
 from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask
-from helpers import REPO
+from helpers import one_and_two_process_weights
 from tiny_models import FILLER, NEGATIVE, POSITIVE, sentiment_rows, write_sst2, write_vocab
 
 # deberta-v3-base's switches at a tiny size (test_deberta.py's V3)
@@ -131,16 +128,7 @@ def test_two_gloo_processes_fine_tune_a_deberta_like_one_process(setup, tmp_path
     args = ["--task", "sst2", "--model", base, "--train", train, "--eval", dev, "--max-steps", "3",
             "--batch-size", "16", "--max-seq-len", "32", "--lr", "3e-3", "--seed", "2", "--device", "cpu", "--quiet",
             "--keep-checkpoint"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = {"one": [sys.executable, str(REPO / "finetune.py")],
-            "two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                    str(REPO / "finetune.py")]}
-    for name, command in runs.items():
-        done = subprocess.run([*command, *map(str, args), "--output", str(tmp_path / name)], capture_output=True,
-                              text=True, env=env, cwd=REPO, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-    a = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)["model"]
-    b = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)["model"]
+    a, b = one_and_two_process_weights("finetune.py", args, tmp_path)
     assert a.keys() == b.keys() and "base_model.embeddings.position_embeddings.weight" not in a
     for name in a:
         assert (a[name] - b[name]).abs().max() < 1e-5, name

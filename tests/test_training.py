@@ -84,26 +84,27 @@ def plain_sgd(model):
 # ----------------------------------------------------------------------------
 
 
-def test_learning_rate_warms_up_linearly_then_decays_linearly_to_zero():
-    parameter = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([parameter], lr=1.0)
-    schedule = warmup_then_linear_decay(optimizer, warmup_steps=2, total_steps=6)
+def rates_of_schedule(peak, warmup_steps, total_steps, steps):
+    """The learning rate each of `steps` optimizer steps uses under
+    warmup_then_linear_decay (a plain function, no fixture: the coursework's
+    lr-schedule test calls it too)."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+    schedule = warmup_then_linear_decay(optimizer, warmup_steps=warmup_steps, total_steps=total_steps)
     rates = []
-    for _ in range(6):
+    for _ in range(steps):
         rates.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         schedule.step()
+    return rates
+
+
+def test_learning_rate_warms_up_linearly_then_decays_linearly_to_zero():
+    rates = rates_of_schedule(1.0, warmup_steps=2, total_steps=6, steps=6)
     assert rates == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5, 0.25])
 
 
 def test_without_warm_up_the_rate_starts_at_its_peak_and_falls_by_one_quarter_per_step():
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.2)
-    schedule = warmup_then_linear_decay(optimizer, warmup_steps=0, total_steps=4)
-    rates = []
-    for _ in range(4):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        schedule.step()
+    rates = rates_of_schedule(0.2, warmup_steps=0, total_steps=4, steps=4)
     # step s of 4 uses 0.2 * (4 - s) / 4
     assert rates == pytest.approx([0.2, 0.15, 0.1, 0.05])
 
@@ -444,13 +445,7 @@ def test_each_process_takes_every_world_size_th_row_from_its_rank():
 
 
 def test_exercise_lr_schedule():
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = warmup_then_linear_decay(optimizer, warmup_steps=4, total_steps=10)
-    rates = []
-    for _ in range(12):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
+    rates = rates_of_schedule(1.0, warmup_steps=4, total_steps=10, steps=12)
     # up over 4 steps (1/4, 2/4, 3/4, 1), then down by 1/6 a step to 0 at step 10, and 0 after
     expected = [0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0, 0.0]
     assert rates == pytest.approx(expected)

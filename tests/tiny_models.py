@@ -137,3 +137,13 @@ def small_config(**overrides):
     values = dict(vocab_size=40, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=12,
                   max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     return BertConfig(**{**values, **overrides})
+
+
+def write_toy_sst2(root):
+    """A tiny BERT without pooler (like the bundled model) in root/base, and a
+    toy SST-2 split: 320 training and 64 dev sentences. Returns (train, dev)."""
+    (root / "base").mkdir()
+    vocab_size = write_vocab(root / "base", [" ".join(POSITIVE + NEGATIVE + FILLER)])
+    torch.manual_seed(0)             # Google's initialisation; no pooler, like the bundled model
+    save_pretrained(BertModel(tiny_config(vocab_size), with_pooler=False, with_pair_head=False), root / "base")
+    return write_sst2(root / "train.tsv", sentiment_rows(320, seed=0)), write_sst2(root / "dev.tsv", sentiment_rows(64, seed=1))

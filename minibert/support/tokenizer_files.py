@@ -156,13 +156,18 @@ def vocab_from_tokenizer_json(path):
     if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
         raise MiniBertError(f"{path}: only WordPiece tokenizer.json files are supported "
                             f"(for SentencePiece models minibert reads the spiece.model file)")
-    vocab = model["vocab"]
-    # Ids index the embedding matrix: they must be the integers 0..V-1, each once.
+    return check_ids(path, model["vocab"], "model.vocab")
+
+
+def check_ids(path, vocab, where):
+    """`vocab` (token -> id) with ids that can index the embedding matrix:
+    the integers 0..V-1, each once. `where` names the field in the file."""
     bad = next((token for token, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool)), None)
     if bad is not None:
-        raise MiniBertError(f"{path}: model.vocab[{bad!r}] = {vocab[bad]!r}; expected an integer id")
+        raise MiniBertError(f"{path}: {where}[{bad!r}] = {vocab[bad]!r}; expected an integer id")
     if sorted(vocab.values()) != list(range(len(vocab))):
-        raise MiniBertError(f"{path}: model.vocab ids are not 0..{len(vocab) - 1}, each once "
+        ids = f"{where} ids" if where else "the ids"
+        raise MiniBertError(f"{path}: {ids} are not 0..{len(vocab) - 1}, each once "
                             f"(duplicate, negative or missing ids)")
     return vocab
 
@@ -193,14 +198,7 @@ def read_vocab(vocab_file):
 def read_bpe_vocab(path):
     """vocab.json -> dict token -> id; the ids must be 0..V-1, each once
     (they index the embedding matrix)."""
-    vocab = read_json_object(path)
-    bad = next((token for token, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool)), None)
-    if bad is not None:
-        raise MiniBertError(f"{path}: [{bad!r}] = {vocab[bad]!r}; expected an integer id")
-    if sorted(vocab.values()) != list(range(len(vocab))):
-        raise MiniBertError(f"{path}: the ids are not 0..{len(vocab) - 1}, each once "
-                            f"(duplicate, negative or missing ids)")
-    return vocab
+    return check_ids(path, read_json_object(path), "")
 
 
 def read_merges(path):
