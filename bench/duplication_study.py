@@ -46,7 +46,7 @@ several seeds, so that a difference can be told from seed noise:
 Resuming: a run whose folder holds task.json and metrics.json is reused, so a
 killed study continues where it stopped (run the same command again; more
 --seeds can be added later). A run killed after its checkpoint continues from
-it. WORK/study.json records the settings, and a later command with other
+it. Ensemble scores are kept in WORK/ensembles/ and reused the same way. WORK/study.json records the settings, and a later command with other
 settings in the same WORK is refused (the runs would not be comparable).
 The training checkpoint of a finished run is deleted (it holds the optimizer
 state, three times the model); the fine-tuned folder is all later steps need.
@@ -433,6 +433,26 @@ def score_all(folders, eval_path, args):
     return task.metrics(examples, predictions), task.main_metric
 
 
+def score_ensemble(folders, eval_path, args, work, name):
+    """score_all of an ensemble, kept in WORK/ensembles/NAME.json and reused
+    while it names the same members and held-out file and no member was
+    scored again since (an ensemble runs every member over the held-out set:
+    a resumed study should not pay for it twice)."""
+    from minibert.support.fileio import read_json_object, write_json
+
+    path = work / "ensembles" / f"{name}.json"
+    key = {"members": [str(f) for f in folders], "eval": str(eval_path)}
+    if path.is_file():
+        saved = read_json_object(path)
+        newer = any((Path(f) / METRICS_FILE).stat().st_mtime > path.stat().st_mtime for f in folders)
+        if {k: saved.get(k) for k in key} == key and not newer:
+            return saved["metrics"], saved["main_metric"]
+    metrics, main_metric = score_all(folders, eval_path, args)
+    path.parent.mkdir(exist_ok=True)
+    write_json(path, {**key, "metrics": metrics, "main_metric": main_metric})
+    return metrics, main_metric
+
+
 def run_one(args, task, source, train_examples, eval_path, eval_name, folder, sift=None):
     """Fine-tune `source` into `folder` (or reuse a finished run) and score it;
     `sift` (a SiftConfig) adds SiFT (bench/sift_study.py). Returns (metrics
@@ -521,7 +541,8 @@ def main(argv=None):
         """Per seed, the members' runs of that seed with their probabilities averaged."""
         seed_scores, seed_figures = {}, []
         for seed in seeds:
-            metrics, _ = score_all([work / "runs" / f"{name}-seed{seed}" for name in members], eval_path, args)
+            folders = [work / "runs" / f"{name}-seed{seed}" for name in members]
+            metrics, _ = score_ensemble(folders, eval_path, args, work, f"{'+'.join(members)}-seed{seed}")
             seed_scores[seed] = metrics[metric]
             seed_figures.append(figures_of(metrics) if args.task == "squad" else None)
             print(f"{label}, seed {seed}: {metric} {metrics[metric]:6.2f}", flush=True)
@@ -531,7 +552,8 @@ def main(argv=None):
     ensemble_row = ensemble(VARIANTS, "ensemble of the 3 variants")
     pattern_row = ensemble(pattern_names, f"ensemble of the {len(pattern_names)} patterns") if pattern_names else None
     base_folders = [work / "runs" / f"base-seed{seed}" for seed in seeds]
-    control_metrics, _ = score_all(base_folders, eval_path, args)
+    control_metrics, _ = score_ensemble(base_folders, eval_path, args, work,
+                                        f"base-seeds-{'-'.join(map(str, seeds))}")
     control = control_metrics[metric]
     print(f"ensemble of base, seeds {' '.join(map(str, seeds))}: {metric} {control:6.2f}", flush=True)
 

@@ -105,6 +105,10 @@ def test_the_study_builds_the_variants_runs_every_seed_and_reports_table_and_jso
     assert results["conclusion"].startswith("Duplicating layers 0,1,2")
 
     # run again: every run is reused (one killed after training is only scored), and the figures are the same
+    ensembles = work / "ensembles"
+    assert sorted(p.name for p in ensembles.iterdir()) == [
+        "base+duplicated+tied-seed0.json", "base+duplicated+tied-seed1.json", "base-seeds-0-1.json"]
+    stamps = {p.name: p.stat().st_mtime_ns for p in ensembles.iterdir()}
     (work / "runs" / "tied-seed1" / "metrics.json").unlink()
     code, captured = run_study(capsys, setup, work)
     assert code == 0, captured.err
@@ -115,6 +119,9 @@ def test_the_study_builds_the_variants_runs_every_seed_and_reports_table_and_jso
     for name in ("base", "duplicated", "tied"):
         assert again["variants"][name]["scores"] == results["variants"][name]["scores"]
     assert again["ensemble"]["scores"] == results["ensemble"]["scores"]
+    # ensembles are reused too, except the one whose member was scored again
+    changed = {p.name for p in ensembles.iterdir() if p.stat().st_mtime_ns != stamps[p.name]}
+    assert changed == {"base+duplicated+tied-seed1.json"}
 
 
 def test_a_study_with_other_settings_in_the_same_work_folder_is_refused(setup, capsys, tmp_path):
