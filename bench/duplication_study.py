@@ -46,7 +46,8 @@ several seeds, so that a difference can be told from seed noise:
 Resuming: a run whose folder holds task.json and metrics.json is reused, so a
 killed study continues where it stopped (run the same command again; more
 --seeds can be added later). A run killed after its checkpoint continues from
-it. Ensemble scores are kept in WORK/ensembles/ and reused the same way. WORK/study.json records the settings, and a later command with other
+it. Ensemble scores are kept in WORK/ensembles/ and reused the same way.
+WORK/study.json records the settings, and a later command with other
 settings in the same WORK is refused (the runs would not be comparable).
 The training checkpoint of a finished run is deleted (it holds the optimizer
 state, three times the model); the fine-tuned folder is all later steps need.
@@ -443,9 +444,9 @@ def score_ensemble(folders, eval_path, args, work, name):
     path = work / "ensembles" / f"{name}.json"
     key = {"members": [str(f) for f in folders], "eval": str(eval_path)}
     if path.is_file():
-        saved = read_json_object(path)
-        newer = any((Path(f) / METRICS_FILE).stat().st_mtime > path.stat().st_mtime for f in folders)
-        if {k: saved.get(k) for k in key} == key and not newer:
+        saved, scored_at = read_json_object(path), path.stat().st_mtime
+        rescored = any((Path(f) / METRICS_FILE).stat().st_mtime > scored_at for f in folders)
+        if {k: saved.get(k) for k in key} == key and not rescored:
             return saved["metrics"], saved["main_metric"]
     metrics, main_metric = score_all(folders, eval_path, args)
     path.parent.mkdir(exist_ok=True)
