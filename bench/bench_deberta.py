@@ -1,4 +1,4 @@
-"""DeBERTa inference benchmark (issue 10): minibert's DebertaModel vs
+"""DeBERTa inference benchmark: minibert's DebertaModel vs
 transformers' DebertaV2Model, and against minibert's BERT of the same size.
 
 Models (random weights, fp32, CPU, eval mode, torch.no_grad), all bare
@@ -177,7 +177,7 @@ def main():
     results["deberta_over_bert_time"] = ratio(OURS, BERT)
     verdict = "meets" if results["ours_over_transformers"] >= 1.0 else "below"
     print(f"minibert DeBERTa vs transformers: {results['ours_over_transformers']:.2f}x "
-          f"(their time / ours; > 1: ours faster; bar 1.0x: {verdict})")
+          f"(their time / ours; > 1: ours faster; target 1.0x: {verdict})")
     print(f"cost of DeBERTa over BERT of the same size (minibert): {results['deberta_over_bert_time']:.2f}x the time")
     if args.json:
         with open(args.json, "w") as f:

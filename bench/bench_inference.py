@@ -1,4 +1,4 @@
-"""Inference benchmark (issue 2): minibert vs transformers' BertForMaskedLM.
+"""Inference benchmark: minibert vs transformers' BertForMaskedLM.
 
 BERT-base (L12 H768 A12 I3072 V30522), random weights, fp32, CPU, eval mode,
 torch.no_grad, a batch of B x T tokens whose last 2 rows end in 30 padding

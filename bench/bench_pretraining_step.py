@@ -1,4 +1,4 @@
-"""Pretraining-step benchmark (issue 3): minibert vs transformers' BertForMaskedLM.
+"""Pretraining-step benchmark: minibert vs transformers' BertForMaskedLM.
 
 One training step = forward, MLM loss, backward, AdamW step (lr 1e-4), fp32,
 CPU, dropout 0.1 as in the config. Model: 4 layers, hidden 256, 4 heads,

@@ -356,14 +356,14 @@ def fit_mlm_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=
     word_embeddings = model.embeddings.word_embeddings.weight.detach()   # frozen decoder
     optimizer = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
-    bar = tqdm(range(steps), desc="fitting MLM head", unit="step", disable=not progress)
-    for _ in bar:
+    progress_bar = tqdm(range(steps), desc="fitting MLM head", unit="step", disable=not progress)
+    for _ in progress_bar:
         pick = torch.randint(len(targets), (batch_size,), generator=generator).to(device)
         loss = F.cross_entropy(head(features[pick], word_embeddings), targets[pick])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}")
+        progress_bar.set_postfix(loss=f"{loss.item():.3f}")
     return head.eval(), loss.item()
 
 

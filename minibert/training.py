@@ -374,10 +374,10 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
     totals = {}
     started = time.time()
     tokens_seen, window_start, window_tokens = 0, time.time(), 0
-    bar = tqdm(range(start_step, config.total_steps), initial=start_step, total=config.total_steps,
-               desc="training", disable=not (progress and context.is_main), dynamic_ncols=True)
+    progress_bar = tqdm(range(start_step, config.total_steps), initial=start_step, total=config.total_steps,
+                        desc="training", disable=not (progress and context.is_main), dynamic_ncols=True)
     step = start_step
-    for step in bar:
+    for step in progress_bar:
         model.train()
         torch.manual_seed(seed_from(config.seed, "dropout", step, context.rank))
         micro_batches = [rows_for_rank(batches[step * config.grad_accum_steps + m], context)
@@ -426,7 +426,8 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
                 record[f"{term}_loss"] = float(loss_sum) / max(n, 1)
                 record[f"{term}_accuracy"] = 100.0 * float(correct) / max(n, 1)   # percent, as every accuracy
             history.append(record)
-            bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in record.items() if k != "step"})
+            progress_bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v)
+                                      for k, v in record.items() if k != "step"})
             totals, window_start, window_tokens = {}, time.time(), 0
         out_of_time = config.max_minutes is not None and (time.time() - started) / 60 >= config.max_minutes
         if context.distributed and config.max_minutes is not None:
@@ -448,7 +449,7 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
         if out_of_time:
             tqdm.write(f"stopping after {config.max_minutes} minutes at step {done}; resume with --resume")
             break
-    bar.close()
+    progress_bar.close()
     summary.update(end_step=step + 1 if config.total_steps > start_step else start_step,
                    seconds=time.time() - started, tokens_seen=tokens_seen, history=history)
     return summary

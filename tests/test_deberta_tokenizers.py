@@ -360,7 +360,7 @@ def test_v2_documented_divergences(transformers, v3_folder, sp):
     assert ours.tokenize("a , b") == ours.tokenize("a") + ours.tokenize(",") + ours.tokenize("b")
     assert theirs.tokenize("a , b") == ours.tokenize("a") + ["▁"] + ours.tokenize(",") + ours.tokenize("b")
     # 4. Literal special tokens: the official SPMTokenizer would spell "[MASK]"
-    #    out in pieces (microsoft/DeBERTa issue #86); we match it whole.
+    #    out in pieces (microsoft/DeBERTa #86); we match it whole.
     assert ours.encode("[MASK]").ids == [1, 300, 2] != [1] + official_v2_ids(sp, "[MASK]") + [2]
     # 5. Lower-casing: `tokenizers` lower-cases one character at a time, so a
     #    word-final "Σ" becomes "σ"; Python's str.lower() gives "ς".

@@ -570,10 +570,10 @@ def download_file(url, dest, *, size=None, sha256=None, progress=True):
                     start_part(part, info_file, url, file_version(response), expected)
                 with open(part, "ab") as f, tqdm(
                         total=expected, initial=part.stat().st_size, unit="B", unit_scale=True,
-                        unit_divisor=1024, desc=dest.name, disable=not progress) as bar:
+                        unit_divisor=1024, desc=dest.name, disable=not progress) as progress_bar:
                     while chunk := response.read(CHUNK_BYTES):
                         f.write(chunk)
-                        bar.update(len(chunk))
+                        progress_bar.update(len(chunk))
         except urllib.error.HTTPError as e:
             e.close()  # an HTTPError holds the open connection
             if e.code == 416 and have and attempt == 0:
