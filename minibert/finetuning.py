@@ -117,6 +117,7 @@ def fine_tuning_step(model, batch, optimizer, scheduler, max_grad_norm=1.0):
     gradient accumulation, torch.distributed, bf16, logging, evaluation and
     checkpoints); tests/test_finetuning.py checks that both give the same
     weights."""
+    # exercise: fine-tuning-step
     model.train()
     logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])   # (B, K) = C W^T + b
     # L = -(1/B) sum_i log softmax(C_i W^T + b)[y_i]: the mean cross-entropy of the gold classes
@@ -127,6 +128,7 @@ def fine_tuning_step(model, batch, optimizer, scheduler, max_grad_norm=1.0):
     scheduler.step()                  # linear warm-up, then linear decay to 0
     optimizer.zero_grad(set_to_none=True)
     return loss.item()
+    # end exercise
 
 
 # ----------------------------------------------------------------------------

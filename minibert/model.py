@@ -210,10 +210,11 @@ class Activation(nn.Module):
 
 
 def layer_norm(x, weight, bias, eps):
-    """Normalise each vector over its last dimension, then scale and shift:
-    LN(x) = (x - mean) / sqrt(var + eps) * gamma + beta. The variance is the
-    biased one (divide by H, not H - 1) and eps sits inside the square root,
-    as in TF's layer_norm that BERT was trained with."""
+    """Normalise each vector over its last dimension to mean 0 and variance
+    1, then scale by `weight` (gamma) and shift by `bias` (beta) ([Ba et al.]
+    Eq. 4). The variance is the biased one (divide by H, not H - 1) and eps is
+    added to it under the square root, as in TF's layer_norm that BERT was
+    trained with."""
     # exercise: layer-norm
     # Statistics over the H numbers of each vector (the last dimension):
     mean = x.mean(dim=-1, keepdim=True)                          # (..., 1)

@@ -269,7 +269,12 @@ def corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, gene
     [MASK] with probability 0.8, a random normal token (ids first_normal_id ..
     vocab_size - 1, never a special token) with 0.1, and stays unchanged with
     0.1. The model cannot tell which of its inputs were replaced, so it must
-    keep a good representation of every token, not just of [MASK]."""
+    keep a good representation of every token, not just of [MASK].
+
+    Draw from `generator`, in this order, one uniform number per position
+    (torch.rand of the input's shape), whose value alone decides the fate,
+    then one random id per position (torch.randint): a run is reproducible,
+    and the grader compares your tensor with the reference's."""
     # exercise: mlm-masking
     corrupted = input_ids.clone()
     roll = torch.rand(input_ids.shape, generator=generator)                    # one uniform draw per position

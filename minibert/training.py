@@ -82,65 +82,96 @@ def setup_context(device="auto"):
 OPTIMIZERS = ("adamw", "bert-adam")   # --optimizer: torch's AdamW (the default), or BERT's own
 
 
-class BertAdam(torch.optim.Optimizer):
-    """Google's AdamWeightDecayOptimizer (BERT's optimization.py), written
-    out. For each parameter x with gradient g, step t, learning rate lr:
+class AdamW(torch.optim.Optimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter 2019, Algorithm
+    2), written out. For each parameter x with gradient g, at step t = 1, 2, ...:
 
         m = beta1 m + (1 - beta1) g                 first moment
         v = beta2 v + (1 - beta2) g^2               second moment
-        update = m / (sqrt(v) + eps)                no bias correction: m and v
-                                                    are NOT divided by 1 - beta^t
-        update = update + weight_decay x            decoupled decay, inside the update
-        x = x - lr update
+        m_hat = m / (1 - beta1^t)                   bias correction: m and v start
+        v_hat = v / (1 - beta2^t)                   at 0, so early averages are too small
+        x = x - lr (m_hat / (sqrt(v_hat) + eps) + weight_decay x)
 
-    torch's AdamW differs in one place only: it divides m by 1 - beta1^t and
-    v by 1 - beta2^t (Adam's bias correction), so its first step moves each
-    coordinate by lr (m / sqrt(v) = g / |g|). Without it, m and v start near
-    0 and the first step is (1 - beta1) / sqrt(1 - beta2) = 0.1 / 0.0316 =
-    3.16 times bigger; BERT's warm-up keeps those steps small. The weight
-    decay is the same in both: lr * weight_decay * x, from x before the step."""
+    The decay is "decoupled": lr * weight_decay * x comes from x before the
+    step and never passes through m and v (Adam's L2 penalty would add
+    weight_decay * x to g instead). torch.optim.AdamW computes the same
+    numbers (tests check the two trajectories agree).
 
-    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+    `bias_correction=False` gives Google's AdamWeightDecayOptimizer (BERT's
+    optimization.py): m and v are NOT divided by 1 - beta^t. Early on m and
+    v are then near 0 and the first step is (1 - beta1) / sqrt(1 - beta2) =
+    0.1 / 0.0316 = 3.16 times bigger than AdamW's; BERT's warm-up keeps those
+    steps small."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, bias_correction=True):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      bias_correction=bias_correction))
 
     @torch.no_grad()
     def step(self):
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
             for x in group["params"]:
                 if x.grad is None:
                     continue
                 state = self.state[x]
                 if not state:
-                    state["m"], state["v"] = torch.zeros_like(x), torch.zeros_like(x)
-                m, v, g = state["m"], state["v"], x.grad
-                m.mul_(beta1).add_(g, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                update = m / (v.sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(x, alpha=group["weight_decay"])
-                x.add_(update, alpha=-group["lr"])
+                    state["t"], state["m"], state["v"] = 0, torch.zeros_like(x), torch.zeros_like(x)
+                state["t"] += 1
+                adamw_update(x, x.grad, state["m"], state["v"], state["t"], group["lr"], group["betas"],
+                             group["eps"], group["weight_decay"], group["bias_correction"])
 
     def load_state_dict(self, state_dict):
-        """Refuse another optimizer's state (AdamW's exp_avg, exp_avg_sq)."""
+        """Refuse another optimizer's state (torch's AdamW keeps exp_avg, exp_avg_sq)."""
         for saved in state_dict.get("state", {}).values():
-            if not {"m", "v"} <= set(saved):
-                raise ValueError(f"BERT's Adam keeps m and v; the saved state has {sorted(saved)}")
+            if not {"t", "m", "v"} <= set(saved):
+                raise ValueError(f"this Adam keeps t, m and v; the saved state has {sorted(saved)}")
         super().load_state_dict(state_dict)
 
 
-def make_optimizer(model, learning_rate, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6, optimizer="adamw"):
-    """AdamW (torch's, with bias correction) or "bert-adam" (Google's, without
-    it: BertAdam above), with decoupled weight decay on the weight matrices
-    only: like Google's optimizer, LayerNorm parameters and biases are not decayed."""
-    if optimizer not in OPTIMIZERS:
-        raise MiniBertError(f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
+def adamw_update(x, g, m, v, t, lr, betas, eps, weight_decay, bias_correction=True):
+    """One AdamW step of one parameter, in place: updates the moments m and
+    v (tensors shaped like x) with the gradient g, then x (the equations
+    above, step t counted from 1)."""
+    # exercise: adamw-update
+    beta1, beta2 = betas
+    m.mul_(beta1).add_(g, alpha=1 - beta1)               # m = beta1 m + (1 - beta1) g
+    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)        # v = beta2 v + (1 - beta2) g^2
+    m_hat, v_hat = m, v
+    if bias_correction:
+        m_hat = m / (1 - beta1 ** t)
+        v_hat = v / (1 - beta2 ** t)
+    update = m_hat / (v_hat.sqrt() + eps)
+    if weight_decay:
+        update = update + weight_decay * x               # decoupled: from x, not through m and v
+    x.sub_(lr * update)
+    # end exercise
+
+
+class BertAdam(AdamW):
+    """Google's AdamWeightDecayOptimizer: AdamW without bias correction."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
+        super().__init__(params, lr, betas, eps, weight_decay, bias_correction=False)
+
+
+def parameter_groups(model, weight_decay):
+    """Decay the weight matrices only: like Google's optimizer, LayerNorm
+    parameters and biases are not decayed."""
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
             continue
         (no_decay if parameter.ndim == 1 or "layer_norm" in name else decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model, learning_rate, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6, optimizer="adamw"):
+    """torch's AdamW (the same numbers as AdamW above, faster) or "bert-adam"
+    (Google's, without bias correction), with decoupled weight decay on the
+    weight matrices only (parameter_groups)."""
+    if optimizer not in OPTIMIZERS:
+        raise MiniBertError(f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
+    groups = parameter_groups(model, weight_decay)
     if optimizer == "bert-adam":
         return BertAdam(groups, lr=learning_rate, betas=betas, eps=eps)
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)

@@ -8,8 +8,11 @@ the second half runs them on this repository.
 """
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,8 +155,8 @@ def test_list_shows_each_assignment_goal_and_exercise_place(tmp_path, capsys):
     assert "Assignment 1: The Transformer encoder" in out and "goal: Write BERT's encoder" in out
     assert "  layer-norm             minibert/lesson.py:6-9  layer_norm" in out.splitlines()
     assert "  embeddings-sum         (not marked in the code)" in out.splitlines()
-    assert "3 of 31 exercises marked" in out
-    assert err.count("error: ") == 28
+    assert "3 of 33 exercises marked" in out
+    assert err.count("error: ") == 30
 
 
 # ---- the student copy ------------------------------------------------------
@@ -162,7 +165,8 @@ def test_list_shows_each_assignment_goal_and_exercise_place(tmp_path, capsys):
 def test_student_copy_blanks_the_chosen_assignments_and_leaves_no_caches(tmp_path):
     repo = make_fake_repo(tmp_path)
     for junk in ("minibert/__pycache__/lesson.cpython-311.pyc", "runs/model/weights.bin", "cache/x",
-                 "minibert.egg-info/PKG-INFO", ".pytest_cache/v"):
+                 "minibert.egg-info/PKG-INFO", ".pytest_cache/v", ".venv/lib/site.py", "envs/py/pyvenv.cfg",
+                 "envs/py/lib/__editable__.minibert.pth"):
         (repo / junk).parent.mkdir(parents=True, exist_ok=True)
         (repo / junk).write_text("x")
     files, regions = write_student_copy(repo, tmp_path / "hw")
@@ -201,26 +205,152 @@ def test_student_copy_refuses_bad_markers(tmp_path):
 
 def test_check_scores_the_reference_full_and_the_student_copy_zero(tmp_path):
     repo = make_fake_repo(tmp_path)
-    rows = grading.check(repo, ["layer-norm", "gelu-erf"], tests_from=repo)
-    assert [(r.name, r.points, r.status, r.output) for r in rows] == [
+    grade = grading.check(repo, ["layer-norm", "gelu-erf"], reference=repo)
+    assert [(r.name, r.points, r.status, r.output) for r in grade.rows] == [
         ("gelu-erf", 1.0, "passed", "1 test passed"), ("layer-norm", 1.0, "passed", "1 test passed")]
-    assert grading.all_passed(rows)
+    assert grading.all_passed(grade)
     write_student_copy(repo, tmp_path / "hw", assignments=[1])
     edited = FAKE_TESTS.replace("assert lesson", "assert True or lesson")
     (tmp_path / "hw" / "tests" / "test_lesson.py").write_text(edited)
     # graded with the tests of the reference: the copy's edited tests do not count
-    rows = grading.check(tmp_path / "hw", ["layer-norm", "gelu-erf", "gelu-tanh"], tests_from=repo)
-    assert [(r.name, r.points, r.status) for r in rows] == [
+    grade = grading.check(tmp_path / "hw", ["layer-norm", "gelu-erf", "gelu-tanh"], reference=repo)
+    assert [(r.name, r.points, r.status) for r in grade.rows] == [
         ("gelu-erf", 0.0, "failed"), ("gelu-tanh", 0.0, "failed"), ("layer-norm", 0.0, "failed")]
-    assert rows[2].output == ("test_exercise_layer_norm: NotImplementedError: exercise layer-norm: "
-                              "see docs/coursework.md#layer-norm")
-    assert rows[1].output == "no test_exercise_gelu_tanh* test found under tests/"
-    assert not grading.all_passed(rows)
-    report = grading.gradescope(rows)
+    assert grade.rows[2].output == ("test_exercise_layer_norm: NotImplementedError: exercise layer-norm: "
+                                    "see docs/coursework.md#layer-norm")
+    assert grade.rows[1].output == "no test_exercise_gelu_tanh* test found under tests/"
+    assert not grading.all_passed(grade)
+    report = grading.gradescope(grade)
     assert report["score"] == 0 and report["tests"][0] == {
-        "name": "1. gelu-erf", "score": 0.0, "max_score": 1.0,
-        "output": "failed: test_exercise_gelu_erf: NotImplementedError: exercise gelu-erf: "
-                  "see docs/coursework.md#gelu-erf"}
+        "name": "1. gelu-erf", "number": "1", "score": 0.0, "max_score": 1.0, "status": "failed",
+        "output": "test_exercise_gelu_erf: NotImplementedError: exercise gelu-erf: see docs/coursework.md#gelu-erf",
+        "visibility": "visible", "extra_data": {"seconds": report["tests"][0]["extra_data"]["seconds"]}}
+    assert {"execution_time", "stdout_visibility", "visibility", "output"} <= set(report)
+
+
+# ---- a submission that tries to score without solving ----------------------
+
+MARK_EVERY_TEST_PASSED = """\
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    report.outcome = "passed"
+"""
+
+
+def blank_submission(tmp_path, files=None):
+    """The fake reference and a blank student copy of it, with `files`
+    ({relative path: text}) written into the copy."""
+    repo = make_fake_repo(tmp_path)
+    hw = tmp_path / "hw"
+    write_student_copy(repo, hw)
+    for relative, text in (files or {}).items():
+        (hw / relative).parent.mkdir(parents=True, exist_ok=True)
+        (hw / relative).write_text(text)
+    return repo, hw
+
+
+def grade_of(repo, hw, names=("layer-norm", "gelu-erf"), **limits):
+    grade = grading.check(hw, list(names), reference=repo, **{"exercise_seconds": 20, **limits})
+    return {r.name: (r.points, r.output) for r in grade.rows}, grade
+
+
+@pytest.mark.parametrize("trick, files", [
+    ("a conftest.py that marks every test passed", {"conftest.py": MARK_EVERY_TEST_PASSED}),
+    ("a pytest.ini that loads a plugin from the copy",
+     {"pytest.ini": "[pytest]\naddopts = -p cheat\n", "cheat.py": MARK_EVERY_TEST_PASSED}),
+    ("a pytest.py that shadows pytest", {"pytest.py": "import sys\nsys.exit(0)\n"}),
+    ("a json.py that shadows json", {"json.py": "def loads(*a, **k):\n    return {}\n"}),
+    ("a sitecustomize.py", {"sitecustomize.py": "import builtins\nbuiltins.NotImplementedError = type(None)\n"}),
+    ("a conftest.py inside the package", {"minibert/conftest.py": MARK_EVERY_TEST_PASSED}),
+])
+def test_files_outside_the_package_never_reach_the_grading_run(tmp_path, trick, files):
+    repo, hw = blank_submission(tmp_path, files)
+    points, _ = grade_of(repo, hw)
+    assert points["layer-norm"][0] == 0 and points["gelu-erf"][0] == 0, trick
+    assert "NotImplementedError: exercise layer-norm" in points["layer-norm"][1]
+
+
+def test_a_package_that_points_its_path_at_the_reference_cannot_read_it(tmp_path):
+    repo, hw = blank_submission(tmp_path)
+    (hw / "minibert" / "__init__.py").write_text(f"__path__.insert(0, {str(repo / 'minibert')!r})\n")
+    points, _ = grade_of(repo, hw)
+    assert points["layer-norm"][0] == 0 and points["gelu-erf"][0] == 0
+    # the reference's folder cannot even be listed: the import finds the submission's own blank
+    assert "NotImplementedError: exercise layer-norm" in points["layer-norm"][1]
+
+
+def test_a_package_that_reads_the_graders_process_is_refused(tmp_path):
+    repo, hw = blank_submission(tmp_path)
+    (hw / "minibert" / "__init__.py").write_text("import os\nopen(f'/proc/{os.getppid()}/cmdline').read()\n")
+    points, _ = grade_of(repo, hw)
+    assert points["layer-norm"][0] == 0
+    assert f"the grader does not let a submission read another process's /proc/{os.getpid()}/cmdline" \
+        in points["layer-norm"][1]
+
+
+def test_a_symlinked_package_is_refused_with_a_zero_grade(tmp_path):
+    repo, hw = blank_submission(tmp_path)
+    shutil.rmtree(hw / "minibert")
+    (hw / "minibert").symlink_to(repo / "minibert")
+    points, grade = grade_of(repo, hw)
+    assert [p for p, _ in points.values()] == [0.0, 0.0]
+    assert "a symbolic link; hand in the package's own files" in grade.notes[0]
+
+
+def test_a_package_that_writes_results_or_signals_the_grader_is_stopped(tmp_path):
+    results = tmp_path / "results.json"
+    repo, hw = blank_submission(tmp_path)
+    (hw / "minibert" / "__init__.py").write_text(
+        "import os\n"
+        f"try:\n    open({str(results)!r}, 'w').write('{{\"score\": 100}}')\nexcept OSError as e:\n    print(e)\n"
+        "os.kill(os.getppid(), 0)\n")
+    points, _ = grade_of(repo, hw)
+    assert not results.exists()
+    assert points["layer-norm"][0] == 0 and "the grader does not let a submission use os.kill" in points["layer-norm"][1]
+
+
+def test_a_value_equal_to_anything_does_not_score(tmp_path):
+    anything = ("class Anything:\n    def __eq__(self, other):\n        return True\n\n\n"
+                "def layer_norm(x):\n    return Anything()\n\n\ndef gelu(x):\n    return Anything()\n")
+    # ... and every comparison a test could use made to say "equal", at import
+    patch = ("import math, pytest\nmath.isclose = lambda *a, **k: True\n"
+             "pytest.approx = lambda expected, *a, **k: type('Equal', (), {'__eq__': lambda s, o: True})()\n")
+    repo, hw = blank_submission(tmp_path, {"minibert/lesson.py": anything, "minibert/__init__.py": patch})
+    points, _ = grade_of(repo, hw)
+    assert points["layer-norm"] == (0.0, "test_exercise_layer_norm: call 1 of layer_norm returned <Anything>, "
+                                         "expected [-1.0, 0.0, 1.0]")
+    assert points["gelu-erf"][0] == 0
+
+
+def test_an_endless_loop_costs_only_its_own_exercise(tmp_path):
+    looping = FAKE_LESSON.replace("    mean = sum(x) / len(x)\n", "    while True:\n        pass\n")
+    repo, hw = blank_submission(tmp_path, {"minibert/lesson.py": looping})
+    points, _ = grade_of(repo, hw, ("layer-norm", "gelu-erf", "attention"), exercise_seconds=4)
+    assert points["layer-norm"] == (0.0, "test_exercise_layer_norm: did not finish within 4 s (a loop that never ends?)")
+    assert points["gelu-erf"][0] == 1 and points["attention"][0] == 1
+
+
+def test_a_time_bomb_at_import_gives_zero_in_bounded_time(tmp_path):
+    repo, hw = blank_submission(tmp_path, {"minibert/__init__.py": "import time\ntime.sleep(3600)\n"})
+    started = time.monotonic()
+    points, _ = grade_of(repo, hw, import_seconds=4)
+    assert time.monotonic() - started < 60
+    assert points["layer-norm"][0] == 0
+    assert points["layer-norm"][1].endswith("the package did not import within 4 s (a loop or a wait at import time?)")
+
+
+def test_a_submission_of_the_package_alone_or_one_folder_down_is_graded(tmp_path):
+    repo = make_fake_repo(tmp_path)
+    for where in ("alone/minibert", "nested/handin/minibert"):
+        shutil.copytree(repo / "minibert", tmp_path / where)
+    assert [r.points for r in grading.check(tmp_path / "alone", ["layer-norm"], reference=repo).rows] == [1.0]
+    assert [r.points for r in grading.check(tmp_path / "nested", ["layer-norm"], reference=repo).rows] == [1.0]
+    assert [r.points for r in grading.check(tmp_path / "alone" / "minibert", ["layer-norm"],
+                                            reference=repo).rows] == [1.0]
 
 
 def test_check_refuses_an_unknown_exercise():
@@ -241,7 +371,7 @@ def test_sweep_reports_a_leaking_exercise_and_an_empty_test(tmp_path):
         "blanking 'gelu-erf' makes tests/test_lesson.py::test_exercise_attention (exercise 'attention') fail: "
         "NotImplementedError: exercise gelu-erf: see docs/coursework.md#gelu-erf",
         "blanking 'layer-norm' leaves its test tests/test_lesson.py::test_exercise_layer_norm_of_nothing_is_nothing "
-        "passing (the test does not depend on the region)",
+        "succeeding (the test does not depend on the region)",
     ]
 
 
@@ -280,14 +410,16 @@ def test_student_copy_of_the_repository_imports_and_scores_zero(tmp_path):
         assert body not in (hw / region.path).read_text()
         assert placeholder(region.name) in (hw / region.path).read_text()
     started = subprocess.run([sys.executable, "probe.py", "--help"], cwd=hw, capture_output=True, text=True,
-                             env=grading._environment(hw), timeout=120)
+                             timeout=120)  # the script's folder comes first on the path: the copy's minibert
     assert started.returncode == 0 and "usage: probe.py" in started.stdout
     done = run_tool("check", "--repo", hw, "--json", tmp_path / "results.json")
     assert done.returncode == 1, done.stderr
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["score"] == 0
     assert len(results["tests"]) >= len(regions)
-    assert all(set(t) == {"name", "score", "max_score", "output"} and t["score"] == 0 for t in results["tests"])
+    assert all(set(t) >= {"name", "number", "score", "max_score", "status", "output", "visibility"}
+               and t["score"] == 0 and t["status"] == "failed" for t in results["tests"])
+    assert {"score", "execution_time", "visibility", "stdout_visibility", "tests"} <= set(results)
     # every exercise reaches its own blank (so the copy imports, and no exercise needs another)
     for region in regions:
         row = next(line for line in done.stdout.splitlines() if line.startswith(region.name + " "))
@@ -302,3 +434,92 @@ def test_check_of_the_reference_scores_full_marks(tmp_path):
     assert [(t["name"], t["score"], t["max_score"]) for t in results["tests"]] == [
         ("1. gelu-erf", 1.0, 1.0), ("1. layer-norm", 1.0, 1.0)]
     assert done.stdout.splitlines()[-2].split() == ["total", "2/2"]
+
+
+def answer(hw, path, name, body):
+    """Write `body` (lines, unindented) in place of exercise `name`'s blank."""
+    file = hw / path
+    lines = file.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if placeholder(name) in line)
+    indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
+    lines[at:at + 1] = [indent + line + "\n" for line in body]
+    file.write_text("".join(lines))
+
+
+def test_calling_the_fused_kernel_or_the_slow_twin_is_not_an_answer(tmp_path):
+    hw = tmp_path / "hw"
+    write_student_copy(REPO, hw, [1, 7])
+    answer(hw, "minibert/model.py", "layer-norm", ["return F.layer_norm(x, x.shape[-1:], weight, bias, eps)"])
+    answer(hw, "minibert/model.py", "gelu-erf", ["return getattr(F, 'ge' + 'lu')(x)"])   # hidden from the source
+    answer(hw, "minibert/model.py", "attention",
+           ["return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias, dropout_p=dropout_p)"])
+    answer(hw, "minibert/deberta.py", "c2p-p2c", ["return relative_scores_written_out(q, k, K_r, Q_r, delta)"])
+    grade = grading.check(hw, ["layer-norm", "gelu-erf", "attention", "c2p-p2c"], data=tmp_path / "no-data")
+    rows = {r.name: r for r in grade.rows}
+    assert [rows[name].points for name in ("layer-norm", "gelu-erf", "attention", "c2p-p2c")] == [0, 0, 0, 0]
+    assert rows["layer-norm"].output == ("layer_norm uses layer_norm: this exercise asks you to write that "
+                                         "computation out")
+    assert "scaled_dot_product_attention" in rows["attention"].output
+    assert "relative_scores_written_out" in rows["c2p-p2c"].output
+    assert ("calls torch.nn.functional.gelu, which this exercise asks you to write out"
+            in rows["gelu-erf"].output)
+
+
+# ---- Gradescope ------------------------------------------------------------
+
+
+def gradescope_layout(tmp_path, submission_from):
+    """/autograder as Gradescope lays it out: source/ (the archive unpacked),
+    submission/ (the student's files), results/; and a bin/ with python3 and
+    a pip3 that records what it is asked to install."""
+    import zipfile
+    from minibert.coursework.autograder import write_autograder
+    root = tmp_path / "autograder"
+    write_autograder(REPO, tmp_path / "autograder.zip", ["layer-norm", "gelu-erf"], data=None)
+    with zipfile.ZipFile(tmp_path / "autograder.zip") as z:
+        z.extractall(root / "source")
+    shutil.copytree(submission_from, root / "submission")
+    (root / "results").mkdir()
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    (bin_folder / "python3").symlink_to(sys.executable)
+    (bin_folder / "pip3").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'pip-args'}\n")
+    (bin_folder / "pip3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_folder}{os.pathsep}{os.environ['PATH']}", "AUTOGRADER_ROOT": str(root)}
+    return root, env
+
+
+def test_the_gradescope_scripts_give_the_reference_full_marks_without_installing_it(tmp_path):
+    honest = tmp_path / "honest"
+    shutil.copytree(REPO / "minibert", honest / "minibert", ignore=shutil.ignore_patterns("__pycache__"))
+    root, env = gradescope_layout(tmp_path, honest)
+    subprocess.run(["bash", "setup.sh"], cwd=root / "source", env=env, check=True, timeout=60)
+    assert (tmp_path / "pip-args").read_text().split() == ["install", "-r", "grading-requirements.txt", "pytest"]
+    installed = (root / "source" / "grading-requirements.txt").read_text()
+    assert "torch" in installed and "-e" not in installed                 # minibert itself is never installed
+    done = subprocess.run(["bash", root / "source" / "run_autograder"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 2.0 and [t["status"] for t in results["tests"]] == ["passed", "passed"]
+
+
+def test_the_gradescope_scripts_give_a_blank_copy_zero_even_pointed_at_the_source(tmp_path):
+    blank_copy = tmp_path / "blank"
+    write_student_copy(REPO, blank_copy, [1])
+    root, env = gradescope_layout(tmp_path, blank_copy / "minibert")   # the package's files alone are handed in
+    init = root / "submission" / "__init__.py"
+    init.write_text(f"__path__.insert(0, {str(root / 'source' / 'minibert')!r})\n" + init.read_text())
+    done = subprocess.run(["bash", root / "source" / "run_autograder"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 0 and [t["status"] for t in results["tests"]] == ["failed", "failed"]
+    assert all("NotImplementedError: exercise" in t["output"] for t in results["tests"]), results["tests"]
+
+
+def test_the_documented_gradescope_scripts_are_the_shipped_ones():
+    text = (REPO / "docs" / "coursework.md").read_text()
+    for name in ("setup.sh", "run_autograder"):
+        shipped = (REPO / "minibert" / "coursework" / "gradescope" / name).read_text()
+        assert f"```bash\n{shipped}```" in text, f"docs/coursework.md does not quote {name} as shipped"

@@ -632,13 +632,13 @@ def test_exercise_c2p_p2c_gathers_each_pairs_row():
                 for j in range(T):
                     row = delta[i, j]
                     expected[b, a, i, j] = q[b, a, i] @ K_r[0, a, row] + k[b, a, j] @ Q_r[0, a, row]
-    assert torch.allclose(relative_scores_gathered(q, k, K_r, Q_r, delta), expected, atol=1e-5)
+    torch.testing.assert_close(relative_scores_gathered(q, k, K_r, Q_r, delta), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_exercise_c2p_p2c_each_term_alone():
     q, k, K_r, Q_r, delta = _exercise_relative_inputs(T=4, S=2)
     c2p = torch.einsum("baid,aijd->baij", q, K_r[0][:, delta])          # Q_i . K_r[delta(i, j)]
     p2c = torch.einsum("bajd,aijd->baij", k, Q_r[0][:, delta])          # K_j . Q_r[delta(i, j)]
-    assert torch.allclose(relative_scores_gathered(q, k, K_r, None, delta), c2p, atol=1e-5)
-    assert torch.allclose(relative_scores_gathered(q, k, None, Q_r, delta), p2c, atol=1e-5)
+    torch.testing.assert_close(relative_scores_gathered(q, k, K_r, None, delta), c2p, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(relative_scores_gathered(q, k, None, Q_r, delta), p2c, rtol=1e-5, atol=1e-5)
     assert relative_scores_gathered(q, k, None, None, delta) == 0

@@ -458,8 +458,9 @@ def test_exercise_duplicate_untied_gives_every_depth_its_own_copy():
         next(deeper.encoder.layers[0].parameters()).add_(1.0)
     assert not torch.equal(next(deeper.encoder.layers[0].parameters()), next(deeper.encoder.layers[1].parameters()))
     # embeddings and heads: copied unchanged
-    assert torch.equal(deeper.embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight)
-    assert torch.equal(deeper.pooler.dense.weight, model.pooler.dense.weight)
+    torch.testing.assert_close(
+        deeper.embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight, rtol=0, atol=0)
+    torch.testing.assert_close(deeper.pooler.dense.weight, model.pooler.dense.weight, rtol=0, atol=0)
     assert not deeper.training
 
 

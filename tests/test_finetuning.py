@@ -5,6 +5,7 @@ folder, ensembles and resume. (finetune.py's command line: test_finetune.py.)"""
 
 import copy
 import random
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from minibert.support.seeds import seed_from
 from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask
 from minibert.training import TrainingConfig, make_optimizer, setup_context, train, warmup_then_linear_decay
-from tiny_models import random_batch, tiny_config, write_toy_sst2
+from tiny_models import BagOfWordsClassifier, random_batch, tiny_config, write_toy_sst2
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +67,14 @@ def sst2_batches(count, seed=0, vocab_size=40):
 # ----------------------------------------------------------------------------
 
 
-def test_three_written_out_steps_give_the_weights_training_train_gives(tmp_path):
+def test_fine_tuning_step_three_times_gives_the_weights_training_train_gives():
     looped, task = tiny_classifier()
     stepped = copy.deepcopy(looped)
     batches = sst2_batches(3)
     config = TrainingConfig(total_steps=3, learning_rate=1e-3, weight_decay=0.01, warmup_steps=1, seed=5)
-    train(looped, batches, finetuning.Objective(task), config, setup_context("cpu"), tmp_path / "checkpoint.pt",
-          progress=False)
+    with tempfile.TemporaryDirectory() as folder:
+        train(looped, batches, finetuning.Objective(task), config, setup_context("cpu"),
+              Path(folder) / "checkpoint.pt", progress=False)
 
     optimizer = make_optimizer(stepped, learning_rate=1e-3, weight_decay=0.01)
     scheduler = warmup_then_linear_decay(optimizer, warmup_steps=1, total_steps=3)
@@ -85,6 +87,31 @@ def test_three_written_out_steps_give_the_weights_training_train_gives(tmp_path)
     for (name, a), (_, b) in zip(looped.named_parameters(), stepped.named_parameters()):
         assert (a - b).abs().max() <= 1e-6, name
     assert any((a != b).any() for a, b in zip(looped.parameters(), tiny_classifier()[0].parameters()))  # it moved
+
+
+def test_exercise_fine_tuning_step_is_the_mean_cross_entropy_clipped_then_one_step():
+    model = BagOfWordsClassifier(seed=3)          # a stand-in: this exercise needs none of the model's
+    copy_of_model = copy.deepcopy(model)
+    batch = sst2_batches(1, seed=4)[0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    torch.manual_seed(0)
+    loss = finetuning.fine_tuning_step(model, batch, optimizer, scheduler, max_grad_norm=0.01)
+    # By hand on the copy: the same dropout draws, L = mean -log p(gold), gradients scaled to norm 0.01.
+    copy_of_model.train()
+    torch.manual_seed(0)
+    logits = copy_of_model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    expected_loss = -logits.float().log_softmax(-1)[torch.arange(3), batch["labels"]].mean()
+    expected_loss.backward()
+    gradients = [p.grad for p in copy_of_model.parameters()]
+    norm = torch.sqrt(sum((g ** 2).sum() for g in gradients))
+    assert norm > 0.01                                             # so clipping matters here
+    assert loss == pytest.approx(expected_loss.item(), rel=1e-6)
+    for (name, after), before, g in zip(model.named_parameters(), copy_of_model.parameters(), gradients):
+        torch.testing.assert_close(after, before - 0.5 * g * (0.01 / (norm + 1e-6)), rtol=1e-4, atol=1e-7,
+                                   msg=lambda text, name=name: f"{name} after the step: {text}")
+        assert after.grad is None                                  # the step leaves no gradient behind
+    assert scheduler.get_last_lr() == [0.25]                       # the schedule moved on by one step
 
 
 # ----------------------------------------------------------------------------

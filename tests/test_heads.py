@@ -121,7 +121,7 @@ def test_exercise_classification_head_reads_the_pooled_output():
     output = BertModelOutput(hidden_states=(torch.full((2, 5, 4), 7.0),), pooled_output=pooled)
     logits = head(output)
     assert logits.shape == (2, 3)
-    assert torch.allclose(logits, torch.tensor([[1.0, 1.0, 4.0], [0.0, -2.0, -1.0]]))
+    torch.testing.assert_close(logits, torch.tensor([[1.0, 1.0, 4.0], [0.0, -2.0, -1.0]]), rtol=1e-5, atol=1e-8)
 
 
 def test_exercise_classification_head_per_token_reads_every_token():
@@ -131,7 +131,7 @@ def test_exercise_classification_head_per_token_reads_every_token():
     output = BertModelOutput(hidden_states=(torch.zeros(2, 5, 4), last), pooled_output=torch.zeros(2, 4))
     logits = head(output)
     assert logits.shape == (2, 5, 2)
-    assert torch.allclose(logits, last @ head.classifier.weight.T + head.classifier.bias, atol=1e-6)
+    torch.testing.assert_close(logits, last @ head.classifier.weight.T + head.classifier.bias, rtol=1e-5, atol=1e-6)
 
 
 def test_exercise_classification_head_applies_dropout_when_training():
@@ -142,5 +142,5 @@ def test_exercise_classification_head_applies_dropout_when_training():
     logits = head(BertModelOutput(hidden_states=(torch.zeros(6, 2, 4),), pooled_output=pooled))
     torch.manual_seed(1)
     expected = F.linear(F.dropout(pooled, p=0.5, training=True), head.classifier.weight, head.classifier.bias)
-    assert torch.allclose(logits, expected, atol=1e-6)
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(logits, F.linear(pooled, head.classifier.weight, head.classifier.bias))

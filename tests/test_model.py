@@ -357,7 +357,8 @@ def test_exercise_attention():
     v = torch.tensor([[[[10.0, 0.0, 0.0, 0.0], [0.0, 10.0, 0.0, 0.0]]]])
     e = math.e
     out = attention(q, k, v, torch.zeros(1, 1, 1, 2))
-    assert torch.allclose(out[0, 0, 0], torch.tensor([10 * e / (e + 1), 10 / (e + 1), 0.0, 0.0]))
+    torch.testing.assert_close(
+        out[0, 0, 0], torch.tensor([10 * e / (e + 1), 10 / (e + 1), 0.0, 0.0]), rtol=1e-5, atol=1e-8)
     # Many heads and a padded key: the same numbers as PyTorch's own kernel.
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 5, 4, generator=generator) for _ in range(3))
@@ -373,14 +374,16 @@ def test_exercise_attention_drops_probabilities_and_rescales_the_rest():
     out = attention(q, k, v, torch.zeros(1, 1, 1, 4), dropout_p=0.5)
     # each 1/4 is dropped (0) or kept and scaled by 1 / (1 - p): 1/2, times 8 -> 4
     assert set(out.flatten().tolist()) == {0.0, 4.0}
-    assert torch.equal(attention(q, k, v, torch.zeros(1, 1, 1, 4)), torch.full((1, 1, 4, 4), 2.0))
+    torch.testing.assert_close(
+        attention(q, k, v, torch.zeros(1, 1, 1, 4)), torch.full((1, 1, 4, 4), 2.0), rtol=0, atol=0)
 
 
 def test_exercise_padding_mask():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
     bias = padding_bias(mask, torch.float32)
     assert bias.shape == (2, 1, 1, 3) and bias.dtype == torch.float32
-    assert torch.equal(bias, torch.tensor([[[[0.0, 0.0, -10000.0]]], [[[0.0, -10000.0, -10000.0]]]]))
+    torch.testing.assert_close(
+        bias, torch.tensor([[[[0.0, 0.0, -10000.0]]], [[[0.0, -10000.0, -10000.0]]]]), rtol=0, atol=0)
     assert padding_bias(torch.tensor([[1, 0]]), torch.float64).dtype == torch.float64
 
 
@@ -390,14 +393,14 @@ def test_exercise_split_merge_heads():
     assert heads.shape == (2, 3, 3, 2)
     assert heads[1, 2, 0].tolist() == [22.0, 23.0]                        # batch 1, head 2, position 0: x[1, 0, 4:6]
     assert heads[0, 1, 2].tolist() == [14.0, 15.0]                        # batch 0, head 1, position 2: x[0, 2, 2:4]
-    assert torch.equal(merge_heads(heads), x)
+    torch.testing.assert_close(merge_heads(heads), x, rtol=0, atol=0)
 
 
 def test_exercise_gelu_erf():
     # Phi(1) = 0.8413447461, Phi(-1) = 0.1586552539, Phi(3) = 0.9986501020 (standard normal table)
     values = gelu(torch.tensor([-1.0, 0.0, 1.0, 3.0], dtype=torch.float64))
     expected = torch.tensor([-0.1586552539, 0.0, 0.8413447461, 3 * 0.9986501020], dtype=torch.float64)
-    assert torch.allclose(values, expected, atol=1e-9)
+    torch.testing.assert_close(values, expected, rtol=1e-5, atol=1e-9)
     x = torch.linspace(-6, 6, 101)
     assert (gelu(x) - F.gelu(x)).abs().max() < 1e-6
 
@@ -415,10 +418,16 @@ def test_exercise_layer_norm():
     out = layer_norm(x, torch.tensor([1.0, 1.0, 2.0, 2.0], dtype=torch.float64),
                      torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=torch.float64), 1e-12)
     s = math.sqrt(1.25)
-    assert torch.allclose(out, torch.tensor([[-1.5 / s, -0.5 / s, 2 * 0.5 / s, 2 * 1.5 / s + 1]], dtype=torch.float64))
+    torch.testing.assert_close(out, torch.tensor([[-1.5 / s, -0.5 / s, 2 * 0.5 / s, 2 * 1.5 / s + 1]],
+                                                 dtype=torch.float64))
+    # eps = 1, where its place shows: sqrt(1.25 + 1) = 1.5 divides x - 2.5 (1 + sqrt(1.25) = 2.118 would not)
+    out = layer_norm(x, torch.ones(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64), 1.0)
+    torch.testing.assert_close(out, torch.tensor([[-1.0, -1 / 3, 1 / 3, 1.0]], dtype=torch.float64),
+                               msg=lambda text: f"eps = 1: {text} (is eps added to the variance, under the root?)")
     generator = torch.Generator().manual_seed(0)
     x, gamma, beta = (torch.randn(shape, generator=generator) for shape in ((2, 3, 8), (8,), (8,)))
-    assert (layer_norm(x, gamma, beta, 1e-5) - F.layer_norm(x, (8,), gamma, beta, 1e-5)).abs().max() < 1e-5
+    torch.testing.assert_close(layer_norm(x, gamma, beta, 1e-5), F.layer_norm(x, (8,), gamma, beta, 1e-5),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_exercise_feed_forward():

@@ -100,8 +100,8 @@ def test_exercise_mlm_masking():
     chosen[:, ::2] = True                                            # 50 000 chosen positions
     corrupted = corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size,
                                torch.Generator().manual_seed(0))
-    assert torch.equal(input_ids, torch.full((200, 500), 7))          # the input itself is left alone
-    assert torch.equal(corrupted[~chosen], input_ids[~chosen])        # only chosen positions change
+    torch.testing.assert_close(input_ids, torch.full((200, 500), 7))         # the input itself is left alone
+    torch.testing.assert_close(corrupted[~chosen], input_ids[~chosen])       # only chosen positions change
     picked = corrupted[chosen]
     masked = (picked == mask_id).float().mean().item()
     kept = (picked == 7).float().mean().item()
@@ -111,4 +111,29 @@ def test_exercise_mlm_masking():
     assert others.min() >= first_normal_id and others.max() < vocab_size   # never a special token
     assert len(set(others.tolist())) > 900                            # drawn over the whole normal vocabulary
     again = corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, torch.Generator().manual_seed(0))
-    assert torch.equal(corrupted, again)                              # all randomness from the generator
+    torch.testing.assert_close(corrupted, again)                             # all randomness from the generator
+
+
+def test_exercise_mlm_masking_draws_every_normal_id_up_to_the_last():
+    # vocabulary 0..7, of which 0..4 special: a random replacement is 5, 6 or 7, each about a third of the time
+    input_ids = torch.full((100, 300), 2)
+    chosen = torch.ones(100, 300, dtype=torch.bool)
+    corrupted = corrupt_chosen(input_ids, chosen, 4, 5, 8, torch.Generator().manual_seed(0))
+    replaced = corrupted[(corrupted != 4) & (corrupted != 2)]
+    counts = {i: int((replaced == i).sum()) for i in range(8)}
+    assert {i for i, n in counts.items() if n} == {5, 6, 7}, f"replacements drawn: {counts}"
+    assert all(abs(counts[i] / len(replaced) - 1 / 3) < 0.05 for i in (5, 6, 7)), counts
+
+
+def test_exercise_mlm_masking_decides_each_fate_with_one_uniform_draw():
+    # The docstring's order: first one uniform number per position (torch.rand, the input's shape) from the
+    # generator. Its value alone decides: below 0.8 [MASK], from 0.8 to 0.9 a random token, 0.9 and up unchanged.
+    input_ids = torch.full((50, 200), 2)
+    chosen = torch.rand(50, 200, generator=torch.Generator().manual_seed(7)) < 0.5
+    corrupted = corrupt_chosen(input_ids, chosen, 4, 5, 1000, torch.Generator().manual_seed(3))
+    roll = torch.rand(50, 200, generator=torch.Generator().manual_seed(3))
+    fate = torch.where(roll < 0.8, 0, torch.where(roll < 0.9, 1, 2))
+    found = torch.where(corrupted == 4, 0, torch.where(corrupted != 2, 1, 2))
+    wrong = chosen & (fate != found)
+    assert not wrong.any(), (f"{int(wrong.sum())} of {int(chosen.sum())} chosen positions do not follow the one "
+                             f"draw; the first, {wrong.nonzero()[0].tolist()}: draw {roll[wrong][0].item():.3f}")

@@ -11,11 +11,13 @@ early and evaluates when it is told to.
 """
 
 import copy
+import json
 import math
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,10 +25,10 @@ import torch.nn.functional as F
 
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
-from minibert.training import (BertAdam, Context, TrainingConfig, evaluation_line, load_checkpoint, make_optimizer,
-                               process_is_alive, remove_stale_temporary_files, rows_for_rank, train,
-                               warmup_then_linear_decay)
-from tiny_models import small_config
+from minibert.training import (AdamW, BertAdam, Context, TrainingConfig, adamw_update, evaluation_line, load_checkpoint,
+                               make_optimizer, parameter_groups, process_is_alive, remove_stale_temporary_files,
+                               rows_for_rank, train, warmup_then_linear_decay)
+from tiny_models import BagOfWordsClassifier, random_batch, small_config
 
 CPU = Context(torch.device("cpu"))
 
@@ -169,6 +171,40 @@ def test_bert_adam_takes_two_steps_worked_by_hand():
         assert x.item() == pytest.approx(weight, abs=1e-12)
 
 
+TRAJECTORIES = Path(__file__).parent / "fixtures" / "adamw_trajectories.json"
+
+
+@pytest.mark.parametrize("variant", ["adamw", "google"])
+def test_exercise_adamw_update_follows_the_stored_trajectory(variant):
+    # Five steps on one parameter (tests/fixtures/make_adamw_trajectories.py wrote them:
+    # torch.optim.AdamW with bias correction, Google's equations without).
+    record = json.loads(TRAJECTORIES.read_text())
+    x = torch.tensor(record["x0"], dtype=torch.float64)
+    m, v = torch.zeros_like(x), torch.zeros_like(x)
+    for t, (g, expected) in enumerate(zip(record["gradients"], record[variant]), start=1):
+        adamw_update(x, torch.tensor(g, dtype=torch.float64), m, v, t, record["lr"], tuple(record["betas"]),
+                     record["eps"], record["weight_decay"], bias_correction=variant == "adamw")
+        for name, value in (("m", m), ("v", v), ("x", x)):
+            torch.testing.assert_close(value, torch.tensor(expected[name], dtype=torch.float64), rtol=0, atol=1e-12,
+                                       msg=lambda text, name=name, t=t: f"{name} after step {t}: {text}")
+
+
+def test_exercise_adamw_update_matches_torch_adamw_on_a_model():
+    ours, theirs = BagOfWordsClassifier(seed=0), BagOfWordsClassifier(seed=0)
+    optimizers = (AdamW(parameter_groups(ours, 0.01), lr=1e-3), torch.optim.AdamW(parameter_groups(theirs, 0.01),
+                                                                                    lr=1e-3, eps=1e-6))
+    for step in range(3):
+        input_ids, attention_mask, token_type_ids = random_batch(40, seed=step)
+        for model in (ours, theirs):
+            torch.manual_seed(step)                                   # the same dropout in both
+            model(input_ids, attention_mask, token_type_ids).pow(2).mean().backward()
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda text, name=name: f"{name}: {text}")
+
+
 def test_bert_adam_differs_from_adamw_at_step_one_exactly_by_the_bias_correction():
     # Both start from m = v = 0, so after one step m = (1 - beta1) g and v = (1 - beta2) g^2.
     # AdamW divides them by 1 - beta1 and 1 - beta2 (bias correction) before the same update;
@@ -219,7 +255,7 @@ def test_the_loop_trains_with_bert_adam_and_refuses_to_resume_it_with_adamw(tmp_
     state = load_checkpoint(older)
     del state["optimizer_name"]
     torch.save(state, older)
-    with pytest.raises(MiniBertError, match="holds the state of another optimizer .*BERT's Adam keeps m and v"):
+    with pytest.raises(MiniBertError, match="holds the state of another optimizer .*this Adam keeps t, m and v"):
         run(tiny_model(), toy_batches(6), older, resume=True, total_steps=6, optimizer="bert-adam")
 
 

@@ -147,3 +147,25 @@ def write_toy_sst2(root):
     torch.manual_seed(0)             # Google's initialisation; no pooler, like the bundled model
     save_pretrained(BertModel(tiny_config(vocab_size), with_pooler=False, with_pair_head=False), root / "base")
     return write_sst2(root / "train.tsv", sentiment_rows(320, seed=0)), write_sst2(root / "dev.tsv", sentiment_rows(64, seed=1))
+
+
+class BagOfWordsClassifier(torch.nn.Module):
+    """A stand-in sentence classifier for the optimizer and step exercises:
+    it takes a batch as the task model does, has weights that decay and
+    some that do not (a bias, a layer norm), and dropout, but none of BERT's
+    own code, so those exercises' tests do not need the model's exercises."""
+
+    def __init__(self, vocab_size=40, hidden=8, labels=2, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.word_embeddings = torch.nn.Embedding(vocab_size, hidden)
+        self.token_type_embeddings = torch.nn.Embedding(2, hidden)
+        self.layer_norm = torch.nn.LayerNorm(hidden)
+        self.dropout = torch.nn.Dropout(0.1)
+        self.classifier = torch.nn.Linear(hidden, labels)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        vectors = self.layer_norm(self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids))
+        mask = attention_mask.unsqueeze(-1).float()
+        mean = (vectors * mask).sum(1) / mask.sum(1)                    # the mean over real tokens
+        return self.classifier(self.dropout(torch.tanh(mean)))

@@ -3,22 +3,37 @@
     python -m minibert.coursework list
     python -m minibert.coursework student ../hw [--assignment 1 2]
     python -m minibert.coursework check --assignment 1 [--repo ../hw] [--json results.json]
-    python -m minibert.coursework check attention layer-norm --repo ../hw
+    python -m minibert.coursework check attention layer-norm --repo ../hw --time-limit 60
+    python -m minibert.coursework autograder ../autograder.zip --assignment 1   (for Gradescope)
     python -m minibert.coursework sweep       (every exercise non-empty and independent)
 
 The texts of the assignments: docs/coursework.md.
 """
 
 import json
+import os
 import sys
+from argparse import ArgumentTypeError
 from pathlib import Path
 
 from minibert.coursework import check as grading
-from minibert.coursework.exercises import ASSIGNMENTS, find_regions
+from minibert.coursework.exercises import ASSIGNMENTS, CourseworkError, find_regions
+from minibert.coursework.milestone import TARGET_PERCENT
 from minibert.support.cli import ArgumentParser, HelpFormatter, int_between, run
+from minibert.support.fileio import atomic_write
 
 REPO = Path(__file__).resolve().parents[2]
 ASSIGNMENT = int_between(1, len(ASSIGNMENTS), " (an assignment number)")
+
+
+def positive_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e7:
+        raise ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def list_exercises(repo):
@@ -49,13 +64,61 @@ def write_student(repo, outdir, assignments):
     return 0
 
 
-def run_check(repo, names, assignments, json_path, tests_from):
-    rows = grading.check(repo, names, assignments, tests_from)
-    print(grading.table(rows))
+def run_check(args):
+    json_path = check_results_path(args.json, args.repo, args.reference) if args.json else None
+    grade = grading.check(args.repo, args.exercises, args.assignment, args.reference, data=args.data,
+                          exercise_seconds=args.time_limit, import_seconds=args.time_limit,
+                          total_seconds=args.total_limit, milestone_seconds=args.milestone_time_limit,
+                          milestone_target=args.milestone_target)
+    print(grading.table(grade), flush=True)
     if json_path:
-        Path(json_path).write_text(json.dumps(grading.gradescope(rows), indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(grading.gradescope(grade), indent=2) + "\n"
+        try:
+            with atomic_write(json_path, "w") as f:
+                f.write(text)
+        except OSError as e:
+            raise CourseworkError(f"{json_path}: cannot write the results ({e.strerror}); the table above "
+                                  f"is the grade") from None
         print(f"wrote {json_path}")
-    return 0 if grading.all_passed(rows) else 1
+    return 0 if grading.all_passed(grade) else 1
+
+
+def check_results_path(path, submission, reference):
+    """--json: a regular file (new or old) outside the submission and the
+    instructor's package and tests; its folder is made if missing. Checked
+    before grading, so a grade is never computed and then lost."""
+    path = Path(path)
+    resolved = path.resolve()
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise CourseworkError(f"--json {path}: not a regular file; give a new or existing file's path")
+    for folder, what in ((Path(submission) / "minibert", "the submission's package"),
+                         (Path(reference) / "minibert", "the instructor's package"),
+                         (Path(reference) / "tests", "the instructor's tests")):
+        folder = Path(folder).resolve()
+        if resolved == folder or folder in resolved.parents:
+            raise CourseworkError(f"--json {path}: inside {what} ({folder}); write the results elsewhere")
+    try:
+        resolved.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CourseworkError(f"--json {path}: cannot make its folder ({e.strerror})") from None
+    if not os.access(resolved.parent, os.W_OK):
+        raise CourseworkError(f"--json {path}: its folder is not writable")
+    return path
+
+
+def write_autograder(args):
+    from minibert.coursework.autograder import write_autograder
+    chosen = grading.select(args.exercises, args.assignment)   # the names are checked here, not on Gradescope
+    selection = list(args.exercises) + (["--assignment", *map(str, args.assignment)] if args.assignment else [])
+    data = args.data or grading.default_data(args.repo)
+    names, missing = write_autograder(args.repo, args.archive, selection, data)
+    print(f"wrote {args.archive}: {len(names)} files; grades {len(chosen)} exercises "
+          f"({' '.join(selection) or 'all'})")
+    if missing:
+        print(f"note: no {', '.join(missing)} under {data or '--data'}: the rows that need them are left out "
+              f"on Gradescope (give the data folder with --data)")
+    print("upload it as the autograder of a programming assignment (base image: Ubuntu, Python 3.10 or newer)")
+    return 0
 
 
 def run_sweep(repo, full, json_path):
@@ -81,18 +144,40 @@ def main(argv=None):
     grade = commands.add_parser("check", help="run the exercises' tests on a copy and score them")
     grade.add_argument("exercises", nargs="*", metavar="EXERCISE", help="exercise names (default: all)")
     grade.add_argument("--json", metavar="RESULTS", help="also write Gradescope's results.json here")
-    grade.add_argument("--tests-from", type=Path, default=REPO, metavar="DIR",
-                       help="the repository whose tests/ grade the copy (default: this checkout, so edits to the "
-                            "copy's tests do not count)")
+    grade.add_argument("--reference", type=Path, default=REPO, metavar="DIR",
+                       help="the instructor's checkout: its tests, fixtures and outputs grade the submission "
+                            "(default: this checkout, so a submission's own tests never count)")
+    grade.add_argument("--data", type=Path, metavar="DIR",
+                       help="the data folder holding sst2/train.tsv and sst2/dev.tsv for the end-to-end rows "
+                            "(default: ../shared/data next to the reference, where present; rows whose data is "
+                            "absent are left out and named in a note)")
+    grade.add_argument("--time-limit", type=positive_seconds, default=grading.EXERCISE_SECONDS, metavar="S",
+                       help="seconds each exercise's tests (and the package's import) may take; one that runs "
+                            "longer scores 0 and the others go on (default: %(default)s)")
+    grade.add_argument("--total-limit", type=positive_seconds, default=grading.TOTAL_SECONDS, metavar="S",
+                       help="seconds the whole grade may take; what is not reached by then scores 0 "
+                            "(default: %(default)s)")
+    grade.add_argument("--milestone-time-limit", type=positive_seconds, default=grading.MILESTONE_SECONDS,
+                       metavar="S", help="seconds the SST-2 milestone's fine-tuning may take (default: %(default)s)")
+    grade.add_argument("--milestone-target", type=float, default=None, metavar="PERCENT",
+                       help=f"SST-2 dev accuracy the milestone must reach (default: {TARGET_PERCENT:g})")
+    zipping = commands.add_parser("autograder", help="Gradescope's autograder archive for these exercises")
+    zipping.add_argument("archive", metavar="ARCHIVE", help="the .zip to write, outside the repository")
+    zipping.add_argument("exercises", nargs="*", metavar="EXERCISE", help="exercise names (default: all)")
+    zipping.add_argument("--data", type=Path, metavar="DIR",
+                         help="the data folder whose sst2/train.tsv and sst2/dev.tsv go into the archive, for "
+                              "the end-to-end rows (default: ../shared/data next to the repository, where present)")
     sweeping = commands.add_parser("sweep", help="prove every exercise is non-empty and independent")
     sweeping.add_argument("--full", action="store_true", help="rerun every test in every round")
     sweeping.add_argument("--json", metavar="REPORT", help="also write the report as JSON")
     for command, default_help in ((student, "the exercises of these assignments only (default: all)"),
-                                  (grade, "the exercises of these assignments")):
+                                  (grade, "the exercises of these assignments"),
+                                  (zipping, "the exercises of these assignments")):
         command.add_argument("--assignment", type=ASSIGNMENT, nargs="+", action="extend", default=[],
                              metavar="N", help=default_help)
     for command, what in ((listing, "the repository to scan"), (student, "the repository to copy"),
-                          (grade, "the copy to grade"), (sweeping, "the repository to sweep")):
+                          (grade, "the submission to grade: a repository, a folder holding one, or its minibert/ package"),
+                          (zipping, "the instructor's checkout to pack"), (sweeping, "the repository to sweep")):
         command.add_argument("--repo", type=Path, default=REPO, metavar="DIR", help=f"{what} (default: this checkout)")
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -100,7 +185,9 @@ def main(argv=None):
     if args.command == "student":
         return write_student(args.repo, args.outdir, args.assignment)
     if args.command == "check":
-        return run_check(args.repo, args.exercises, args.assignment, args.json, args.tests_from)
+        return run_check(args)
+    if args.command == "autograder":
+        return write_autograder(args)
     return run_sweep(args.repo, args.full, args.json)
 
 

@@ -1,29 +1,86 @@
-"""The autograder: run the chosen exercises' tests against a copy of the
-repository and score them, one point an exercise.
+"""The autograder: score a submission's exercises, trusting nothing in it.
 
-All the tests run in ONE pytest subprocess inside the copy (its own
-minibert first on the path), read back per test from pytest's JUnit XML.
-Two exercises are also checked end to end, in a second subprocess: the
-student's `attention` inside the whole bundled model (the written-out
-attention reproduces the fused model's outputs to 1e-5), and the student's
-`basic-tokenizer` + `wordpiece` on the SST-2 dev file (written_out_tokenize
-equals Tokenizer.tokenize on every sentence) where that file is found.
+1. **A fresh tree.** The grader writes a student copy of the instructor's
+   checkout (every exercise blank: tests, fixtures and configuration are
+   the instructor's) and copies over it only the submission's
+   `minibert/**/*.py`: no conftest.py, no pytest.ini, no root-level
+   module, no symbolic link, nothing outside the package.
+2. **Two runs of the same tests.** A child process runs the chosen
+   exercises' tests on the instructor's own checkout, recording what each
+   exercise's function returns; another runs them on the fresh tree under a
+   guard (see runner.py). An exercise scores only if its tests succeed in
+   the submission's run AND every call of its function returned what it
+   returns in the instructor's run, compared here, in this process. A
+   submission that fakes pytest's verdict or patches torch.allclose still
+   has to produce the instructor's numbers.
+3. **Bounded time.** Each exercise has its own time limit; a loop, a crash
+   or an exit costs that exercise, and a new child goes on with the rest. A
+   package that does not import in time scores 0 everywhere, in bounded
+   time, with a message that says so.
+4. **End to end**: the submission's attention inside the bundled model
+   against the instructor's fused model, its WordPiece on every SST-2 dev
+   sentence against the instructor's tokenizer, and the SST-2 milestone:
+   its own model, tokenizer, head, optimizer and step fine-tuned on SST-2,
+   scored here on dev labels the child never sees.
 """
 
+import ast
 import json
 import os
+import selectors
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from minibert.coursework.exercises import ASSIGNMENT_OF, CourseworkError, assignment, exercise_tests
+from minibert.coursework.exercises import ASSIGNMENT_OF, CourseworkError, assignment, exercise_tests, find_regions
 
 HERE_REPO = Path(__file__).resolve().parents[2]
-SST2_DEV = Path("..") / "shared" / "data" / "sst2" / "dev.tsv"
+RUNNER = Path(__file__).with_name("runner.py")
+
+EXERCISE_SECONDS = 120     # each exercise's tests, in one child; a whole correct assignment takes seconds
+IMPORT_SECONDS = 120       # the graded package's import, before any test
+TOTAL_SECONDS = 1800       # the whole grade
+MILESTONE_SECONDS = 900    # the SST-2 milestone's fine-tuning
+MAX_REPORT_BYTES = 256 << 20
+
+# What an exercise must not call: the fused kernel or the written-out
+# function it replaces. The grader checks the submission's source for these
+# names, and replaces them by functions that raise while the exercise's
+# function runs ("module:attribute").
+FORBIDDEN = {
+    "attention": ("torch.nn.functional:scaled_dot_product_attention", "torch._C._nn:scaled_dot_product_attention",
+                  "torch.nn.functional:multi_head_attention_forward"),
+    "layer-norm": ("torch.nn.functional:layer_norm", "torch:layer_norm", "torch:native_layer_norm",
+                   "torch.nn.functional:group_norm", "torch.nn.functional:instance_norm"),
+    "gelu-erf": ("torch.nn.functional:gelu", "torch._C._nn:gelu"),
+    "gelu-tanh": ("torch.nn.functional:gelu", "torch._C._nn:gelu"),
+    "lstm-gates": ("torch:lstm_cell", "torch:lstm", "torch._VF:lstm_cell", "torch._VF:lstm"),
+    "c2p-p2c": ("minibert.deberta:relative_scores_written_out",),
+    "adamw-update": ("torch.optim:AdamW", "torch.optim:Adam", "torch.optim.adamw:adamw",
+                     "torch.optim.adam:adam", "torch:_fused_adamw_"),
+    "feed-forward": ("torch.nn.functional:gelu",),
+}
+# Names of FORBIDDEN, plus other reference calls, that may not appear in an
+# exercise function's source (checked on the submission's file, here).
+FORBIDDEN_NAMES = {name: {t.rpartition(":")[2] for t in targets} for name, targets in FORBIDDEN.items()}
+FORBIDDEN_NAMES["feed-forward"] = set()   # it may call its activation module, which may be fused
+FORBIDDEN_NAMES["basic-tokenizer"] = {"BertPreTokenizer", "BertNormalizer", "pre_tokenize_str", "normalize_str"}
+FORBIDDEN_NAMES["wordpiece"] = {"WordPiece", "backend", "encode", "tokenize"}
+FORBIDDEN_NAMES["masked-crc32c"] = {"crc32c", "crc32"}
+FORBIDDEN_NAMES["log-bucket"] = {"make_log_bucket_position"}
+
+# End-to-end rows: (row name, what the child runs, the exercises that switch it on, data it needs).
+END_TO_END = (
+    ("attention:bundled-model", "attention", ("attention",), None),
+    ("wordpiece:sst2-dev", "wordpiece", ("basic-tokenizer", "wordpiece"), "sst2/dev.tsv"),
+    ("milestone:sst2-fine-tuning", "milestone", ("adamw-update", "fine-tuning-step"), "sst2/train.tsv"),
+)
+END_TO_END_OF = {child: row for row, child, _, _ in END_TO_END}
 
 
 @dataclass
@@ -32,81 +89,16 @@ class Row:
     assignment: int
     points: float
     max_points: float
-    status: str     # "passed", "failed" or "skipped"
-    output: str     # the first line of the failure, or a note
+    status: str      # "passed" or "failed"
+    output: str      # why, in a line or two
+    seconds: float = 0.0
 
 
-# The end-to-end checks: (row name, the exercises that switch it on).
-END_TO_END = (
-    ("attention:bundled-model", ("attention",)),
-    ("wordpiece:sst2-dev", ("basic-tokenizer", "wordpiece")),
-)
-
-# The grading run, inside the copy: pytest on the exercise tests (results to
-# a JUnit XML file), then the end-to-end checks, in the same process so
-# torch is imported once. argv[1]: {"pytest": [...], "checks": [...], "sst2": path or ""}.
-RUNNER = r'''
-import json, sys
-spec = json.loads(sys.argv[1])
-if spec["pytest"]:
-    import pytest
-    pytest.main(spec["pytest"])
-checks, sst2 = spec["checks"], spec["sst2"]
-results = {}
-
-
-def first_line(e):
-    text = f"{type(e).__name__}: {e}"
-    return text.splitlines()[0] if text.strip() else type(e).__name__
-
-if "attention:bundled-model" in checks:
-    try:
-        import torch
-        from minibert import load_pretrained, load_tokenizer
-        from minibert.model import SelfAttention
-        model, tokenizer = load_pretrained(), load_tokenizer()
-        sentences = ["the cat sat on the mat .", "she opened the door and [MASK] into the garden .",
-                     "a long time ago , in a small village by the sea , there lived an old fisherman .", "yes"]
-        batch = tokenizer.batch_encode(sentences)
-        with torch.no_grad():
-            fused = model(**batch)
-            for module in model.modules():   # only attention written out: the other exercises stay fused
-                if isinstance(module, SelfAttention):
-                    module.written_out = True
-            written = model(**batch)
-        # Every layer's output to 1e-5; the MLM logits (up to ~25 in size) are
-        # compared by their top-1 predictions on the real tokens.
-        worst = max((a - b).abs().max().item() for a, b in zip(fused.hidden_states, written.hidden_states))
-        real = batch["attention_mask"].bool()
-        same_top1 = bool((fused.mlm_logits.argmax(-1) == written.mlm_logits.argmax(-1))[real].all())
-        ok = worst <= 1e-5 and same_top1
-        results["attention:bundled-model"] = (ok, f"bundled model, {len(sentences)} sentences: every layer's output "
-                                                  f"within {worst:.1e} of the fused model's "
-                                                  f"({'<=' if worst <= 1e-5 else '>'} 1e-5), MLM top-1 "
-                                                  f"{'identical' if same_top1 else 'different'}")
-    except BaseException as e:
-        results["attention:bundled-model"] = (False, first_line(e))
-
-if "wordpiece:sst2-dev" in checks:
-    if not sst2:
-        results["wordpiece:sst2-dev"] = (None, "skipped: no ../shared/data/sst2/dev.tsv next to the repository")
-    else:
-        try:
-            from minibert import load_tokenizer
-            from minibert.tokenization import written_out_tokenize
-            tokenizer = load_tokenizer()
-            vocab = tokenizer.backend.get_vocab()
-            with open(sst2, encoding="utf-8") as f:
-                sentences = [line.rstrip("\n").split("\t")[0] for line in f][1:]
-            wrong = [s for s in sentences
-                     if written_out_tokenize(s, vocab, tokenizer.do_lower_case) != tokenizer.tokenize(s)]
-            results["wordpiece:sst2-dev"] = (not wrong, f"SST-2 dev: {len(sentences) - len(wrong)} of {len(sentences)} "
-                                                        f"sentences tokenized as the reference does"
-                                                        + (f"; first different: {wrong[0][:60]!r}" if wrong else ""))
-        except BaseException as e:
-            results["wordpiece:sst2-dev"] = (False, first_line(e))
-print("END-TO-END " + json.dumps(results))
-'''
+@dataclass
+class Grade:
+    rows: list
+    notes: list = field(default_factory=list)   # about the submission as a whole
+    seconds: float = 0.0
 
 
 def select(names=(), assignments=()):
@@ -122,131 +114,544 @@ def select(names=(), assignments=()):
     return [n for n in ASSIGNMENT_OF if n in chosen]
 
 
-def _environment(repo):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(repo) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"   # leave no compiled files in the copy
-    return env
+# ---- the submission --------------------------------------------------------
 
 
-def _first_line(text):
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[0] if lines else ""
-
-
-def find_sst2(repo):
-    for base in (Path(repo), HERE_REPO):
-        candidate = (base / SST2_DEV).resolve()
-        if candidate.is_file():
+def find_package(submission):
+    """The submission's minibert/ folder: SUBMISSION/minibert, a folder one
+    level down holding minibert/, or SUBMISSION itself when it is the package
+    (named minibert, or holding the package's __init__.py and model.py, as
+    when a student uploads the package's files to Gradescope)."""
+    submission = Path(submission)
+    if not submission.is_dir():
+        raise CourseworkError(f"{submission}: no such folder")
+    candidates = [submission / "minibert", *sorted(submission.glob("*/minibert"))]
+    if submission.name == "minibert" or (submission / "model.py").is_file():
+        candidates.append(submission)
+    for candidate in candidates:
+        if candidate.is_symlink():
+            raise CourseworkError(f"{candidate}: a symbolic link; hand in the package's own files")
+        if (candidate / "__init__.py").is_file() and not (candidate / "__init__.py").is_symlink():
             return candidate
-    return None
+    raise CourseworkError(f"{submission}: no minibert/ package here, one folder down, or as the folder itself "
+                          f"(expected minibert/__init__.py)")
 
 
-def _with_tests_from(repo, tests_from, scratch):
-    """A folder that is `repo` except for tests/, taken from `tests_from`:
-    links to repo's other entries, a copy of the grader's tests."""
-    graded = Path(scratch) / "graded"
-    graded.mkdir()
-    for entry in repo.iterdir():
-        if entry.name != "tests":
-            (graded / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
-    shutil.copytree(tests_from / "tests", graded / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return graded
+def copy_submission(package, tree):
+    """Copy the submission's package .py files over the tree's minibert/;
+    returns notes on what was refused. The grader's own coursework package
+    and any conftest.py are never taken from a submission."""
+    notes, copied = [], 0
+    package = Path(package)
+    for folder, folders, files in os.walk(package):
+        folder = Path(folder)
+        relative_folder = folder.relative_to(package)
+        for name in list(folders):
+            if (folder / name).is_symlink():
+                notes.append(f"minibert/{(relative_folder / name).as_posix()}: a symbolic link, not graded")
+            if (folder / name).is_symlink() or name == "__pycache__" or (relative_folder / name).parts[0] == "coursework":
+                folders.remove(name)
+        for name in files:
+            source, relative = folder / name, (relative_folder / name).as_posix()
+            if not name.endswith(".py") or name == "conftest.py":
+                continue
+            if source.is_symlink() or not source.is_file():
+                notes.append(f"minibert/{relative}: a symbolic link or not a regular file, not graded")
+                continue
+            if source.stat().st_size > 4 << 20:
+                notes.append(f"minibert/{relative}: larger than 4 MiB, not graded")
+                continue
+            target = Path(tree) / "minibert" / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            copied += 1
+    if copied == 0:
+        notes.append("the submission's minibert/ holds no .py file")
+    return notes
 
 
-def run_in_copy(repo, tests, checks, tests_from=None, timeout=1800):
-    """Run the test functions [(file, function)] and the end-to-end `checks`
-    (row names) in one subprocess in `repo`, with the tests of `tests_from`
-    (a repository; default: repo's own). Returns ({(file, function):
-    (passed, first line of the failure)}, {check: (passed or None when
-    skipped, note)})."""
-    if not tests and not checks:
-        return {}, {}
-    with tempfile.TemporaryDirectory() as scratch:
-        junit = Path(scratch) / "junit.xml"
-        sst2 = find_sst2(repo)
-        if tests_from is not None and Path(tests_from).resolve() != repo:
-            repo = _with_tests_from(repo, Path(tests_from).resolve(), scratch)
-        arguments = ["-q", "-p", "no:cacheprovider", "-p", "no:benchmark", "-o", "junit_family=xunit1",
-                     f"--junitxml={junit}", *[f"{file}::{function}" for file, function in tests]]
-        spec = {"pytest": arguments if tests else [], "checks": list(checks), "sst2": str(sst2 or "")}
-        try:
-            done = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(spec)], cwd=repo,
-                                  env=_environment(repo), capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:  # e.g. a loop that never ends in a student's code
-            note = f"the tests did not finish within {timeout} s"
-            return {test: (False, note) for test in tests}, {name: (False, note) for name in checks}
-        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1].strip()
-        outcomes = _read_junit(junit, tests, last) if junit.exists() else {
-            test: (False, f"pytest did not run: {last}") for test in tests}
-    found = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("END-TO-END "):
-            found = {name: tuple(value) for name, value in json.loads(line[len("END-TO-END "):]).items()}
-    end_to_end = {name: found.get(name, (False, f"the end-to-end check did not run: {last}")) for name in checks}
-    return outcomes, end_to_end
+def forbidden_calls(tree, region, names):
+    """The forbidden names the submission's exercise function uses, read
+    from its source (so no import-time code can hide them)."""
+    path = Path(tree) / region.path
+    try:
+        module = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    node, parts = module, region.function.split(".")
+    for part in parts:
+        node = next((child for child in ast.iter_child_nodes(node)
+                     if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and child.name == part),
+                    None)
+        if node is None:
+            return []
+    used = set()
+    for statement in node.body:
+        for child in ast.walk(statement):
+            if isinstance(child, ast.Attribute) and child.attr in names:
+                used.add(child.attr)
+            elif isinstance(child, ast.Name) and child.id in names:
+                used.add(child.id)
+            elif isinstance(child, ast.Constant) and isinstance(child.value, str) and child.value in names:
+                used.add(child.value)   # getattr(F, "layer_norm")
+    return sorted(used)
 
 
-def _read_junit(junit, tests, last_line):
-    outcomes, collection_errors = {}, []
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        module, name = case.get("classname", ""), case.get("name", "").split("[")[0]
-        file = module.replace(".", "/") + ".py"
-        problem = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
-        if not name or not module:
-            collection_errors.append(_first_line(problem.get("message") if problem is not None else ""))
-            continue
-        passed, note = outcomes.get((file, name), (True, ""))
-        if problem is not None:
-            message = _first_line(problem.get("message")) or _first_line(problem.text)
-            note = note or (f"skipped: {message}" if problem.tag == "skipped" else message)
-            passed = False
-        outcomes[(file, name)] = (passed, note)
-    for test in tests:
-        if test not in outcomes:
-            outcomes[test] = (False, f"not run: {collection_errors[0] if collection_errors else last_line}")
+# ---- the children ----------------------------------------------------------
+
+
+def _pytest_ini(reference, scratch):
+    """pytest's configuration, pinned by the grader: the instructor's
+    markers and nothing that loads code."""
+    markers = []
+    try:
+        import tomllib
+        with open(Path(reference) / "pyproject.toml", "rb") as f:
+            markers = tomllib.load(f)["tool"]["pytest"]["ini_options"].get("markers", [])
+    except (OSError, KeyError, ValueError, ImportError):
+        markers = []          # no markers declared: pytest runs without them
+    ini = Path(scratch) / "config" / "pytest.ini"
+    ini.parent.mkdir(parents=True, exist_ok=True)
+    ini.write_text("[pytest]\n" + ("markers =\n" + "".join(f"    {m}\n" for m in markers) if markers else ""),
+                   encoding="utf-8")
+    return ini
+
+
+def _hidden_folders(reference, data):
+    """What the submission's process may not read: the instructor's
+    package, history and data, and any other minibert package the grading
+    Python could find."""
+    reference = Path(reference).resolve()
+    hidden = {reference / "minibert", reference / ".git", reference / "build"}
+    if data is not None:
+        hidden.add(Path(data).resolve())
+    for entry in sys.path:
+        candidate = Path(entry or ".").resolve() / "minibert"
+        if (candidate / "__init__.py").is_file():
+            hidden.add(candidate)
+    if Path("/autograder/source").is_dir():
+        hidden.add(Path("/autograder/source"))
+    return sorted(str(h) for h in hidden)
+
+
+class Outcomes:
+    """What one tree's children reported: per test, per end-to-end check,
+    and per exercise that stopped early (why)."""
+
+    def __init__(self):
+        self.tests, self.end_to_end, self.stopped, self.collect_errors = {}, {}, {}, []
+        self.imported, self.seconds = False, {}
+
+
+def run_tree(tree, items, *, guard, scratch, spec_extra, limits, deadline):
+    """Run `items` [(exercise, [nodeids])] and end-to-end checks (items
+    whose exercise is "end-to-end:NAME") in `tree`, one child after
+    another: a child that overruns an exercise's limit, crashes or exits is
+    replaced by a new one for the exercises it did not reach."""
+    outcomes = Outcomes()
+    remaining = list(items)
+    while remaining:
+        if time.monotonic() >= deadline:
+            for exercise, _ in remaining:
+                outcomes.stopped[exercise] = "not run: the whole grade reached its time limit"
+            break
+        done_with = _one_child(tree, remaining, outcomes, guard=guard, scratch=scratch, spec_extra=spec_extra,
+                               limits=limits, deadline=deadline)
+        remaining = [item for item in remaining if item[0] not in done_with]
     return outcomes
 
 
-def check(repo=None, names=(), assignments=(), tests_from=None):
-    """Grade `repo` (this checkout by default) with the exercise tests of
-    `tests_from` (this checkout by default, so a copy's edited tests do not
-    count): a list of Rows, one per asked-for exercise, then the end-to-end
-    rows those exercises switch on."""
-    repo = Path(repo or HERE_REPO).resolve()
-    tests_from = Path(tests_from or HERE_REPO).resolve()
-    for folder in (repo, tests_from):
-        if not (folder / "minibert").is_dir() or not (folder / "tests").is_dir():
-            raise CourseworkError(f"{folder}: not a minibert repository (no minibert/ and tests/)")
+def _one_child(tree, items, outcomes, *, guard, scratch, spec_extra, limits, deadline):
+    tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=scratch))
+    read_end, write_end = os.pipe()
+    spec = {"fd": write_end, "tree": str(tree), "tmp": str(tmp), "guard": guard,
+            "tests": [[exercise, test] for exercise, tests in items if not exercise.startswith("end-to-end:")
+                      for test in tests],
+            "end_to_end": [exercise.split(":", 1)[1] for exercise, _ in items if exercise.startswith("end-to-end:")],
+            **spec_extra}
+    log = open(Path(scratch) / f"child-{os.getpid()}-{time.monotonic_ns()}.log", "w+b")
+    child = subprocess.Popen([sys.executable, "-I", "-B", str(scratch / "runner.py"), json.dumps(spec)],
+                             cwd=tree, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             pass_fds=(write_end,), start_new_session=True,
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp),
+                                  "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+    os.close(write_end)
+    selector = selectors.DefaultSelector()
+    selector.register(read_end, selectors.EVENT_READ)
+    buffer, received, finished = b"", 0, set()
+    current, started = None, time.monotonic()
+    import_deadline = started + limits["import"]
+
+    def limit_of(exercise):
+        return limits["milestone"] if exercise == "end-to-end:milestone" else limits["exercise"]
+
+    reason = None
+    try:
+        while True:
+            now = time.monotonic()
+            if not outcomes.imported and not current and now > import_deadline:
+                reason = ("import", f"the package did not import within {limits['import']:g} s "
+                                    f"(a loop or a wait at import time?)")
+                break
+            if current and now - current[1] > limit_of(current[0]):
+                reason = ("timeout", f"did not finish within {limit_of(current[0]):g} s (a loop that never ends?)")
+                break
+            if now > deadline:
+                reason = ("total", "not finished when the whole grade reached its time limit")
+                break
+            events = selector.select(timeout=0.5)
+            if not events:
+                if child.poll() is not None:
+                    reason = ("exit", None)
+                    break
+                continue
+            chunk = os.read(read_end, 1 << 20)
+            if not chunk:
+                child.wait(timeout=30)
+                reason = ("exit", None)
+                break
+            received += len(chunk)
+            if received > MAX_REPORT_BYTES:
+                reason = ("exit", "the test process wrote more than 256 MiB of reports")
+                break
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                message = _parse(line)
+                if message is None:
+                    continue
+                if message.get("phase") == "imported":
+                    outcomes.imported = True
+                elif "begin" in message:
+                    exercise = message.get("exercise")
+                    if exercise and (current is None or current[0] != exercise):
+                        if current:
+                            finished.add(current[0])
+                            outcomes.seconds[current[0]] = time.monotonic() - current[1]
+                        current = (exercise, time.monotonic())
+                elif "test" in message:
+                    outcomes.tests.setdefault(str(message["test"]), message)
+                elif "end_to_end" in message:
+                    outcomes.end_to_end.setdefault(str(message["end_to_end"]), message)
+                elif "collect_error" in message:
+                    outcomes.collect_errors.append(str(message.get("message", "")))
+                elif message.get("phase") == "done":
+                    if current:
+                        finished.add(current[0])
+                        outcomes.seconds[current[0]] = time.monotonic() - current[1]
+                    return {exercise for exercise, _ in items}
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL) if _group_exists(child.pid) else child.kill()
+        child.wait()
+        selector.close()
+        os.close(read_end)
+        log.seek(0, os.SEEK_END)
+        size = log.tell()
+        log.seek(max(0, size - 4096))
+        tail = log.read().decode("utf-8", "replace")
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    kind, note = reason
+    last = _last_line(tail) or f"exit status {child.returncode}"
+    if not outcomes.imported:
+        note = note or f"the package does not import: {last}"
+        for exercise, _ in items:
+            outcomes.stopped[exercise] = note
+        return {exercise for exercise, _ in items}
+    stopped = set(finished)
+    if current is not None:
+        outcomes.stopped[current[0]] = note or f"the test process ended during this exercise: {last}"
+        outcomes.seconds[current[0]] = time.monotonic() - current[1]
+        stopped.add(current[0])
+    elif kind == "exit":   # ended before any exercise began (or after the last one)
+        for exercise, _ in items:
+            if exercise not in finished:
+                outcomes.stopped[exercise] = note or f"the test process ended: {last}"
+        return {exercise for exercise, _ in items}
+    if kind == "total":
+        for exercise, _ in items:
+            outcomes.stopped.setdefault(exercise, note)
+        return {exercise for exercise, _ in items}
+    return stopped
+
+
+def _group_exists(pid):
+    try:
+        return os.getpgid(pid) == pid
+    except OSError:
+        return False
+
+
+def _parse(line):
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _last_line(text):
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+# ---- comparing two runs, in this process -----------------------------------
+
+
+def differs(mine, theirs, where="the result"):
+    """None when two digests agree (floats to 1e-4 relative, 1e-5
+    absolute), else a short account of the first difference."""
+    if isinstance(theirs, dict) and "tensor" in theirs:
+        if not (isinstance(mine, dict) and "tensor" in mine):
+            return f"{where} is {_kind(mine)}, expected a {theirs['tensor']} tensor of shape {tuple(theirs['shape'])}"
+        if mine["shape"] != theirs["shape"]:
+            return f"{where} has shape {tuple(mine['shape'])}, expected {tuple(theirs['shape'])}"
+        if mine["tensor"] != theirs["tensor"]:
+            return f"{where} is {mine['tensor']}, expected {theirs['tensor']}"
+        for i, (a, b) in enumerate(zip(mine["values"], theirs["values"])):
+            if not _close(a, b):
+                return f"{where} differs from the reference: {a!r} where it gives {b!r} (value {i} checked)"
+        if len(mine["values"]) != len(theirs["values"]) or not _close(mine["sum"], theirs["sum"], 1e-3, 1e-3):
+            return f"{where} differs from the reference (sum {mine['sum']!r} where it gives {theirs['sum']!r})"
+        return None
+    if isinstance(theirs, dict):
+        if not isinstance(mine, dict):
+            return f"{where} is {_kind(mine)}, expected {_kind(theirs)}"
+        if "float" in theirs:
+            return None if "float" in mine and _close(mine["float"], theirs["float"]) else \
+                f"{where} returned {_show(mine)}, expected {_show(theirs)}"
+        for key in theirs:
+            if key not in mine:
+                return f"{where} has no {key!r}"
+            problem = differs(mine[key], theirs[key], f"{where}[{key!r}]" if key not in ("fields", "state",
+                                                                                       "arguments") else where)
+            if problem:
+                return problem
+        extra = set(mine) - set(theirs)
+        return f"{where} has {sorted(extra)[0]!r}, which the reference's has not" if extra else None
+    if isinstance(theirs, list):
+        if not isinstance(mine, list) or len(mine) != len(theirs):
+            return f"{where} returned {_show(mine)}, expected {_show(theirs)}"
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            problem = differs(a, b, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if type(mine) is not type(theirs) or mine != theirs:
+        return f"{where} returned {_show(mine)}, expected {_show(theirs)}"
+    return None
+
+
+def _close(a, b, rtol=1e-4, atol=1e-5):
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
+
+
+def _kind(value):
+    if isinstance(value, dict):
+        return (f"a {value['object']}" if "object" in value else "a module" if "module" in value
+                else "a float" if "float" in value else "a dict")
+    return type(value).__name__ if value is not None else "None"
+
+
+def _plain(value):
+    """A digest as the value it stands for, for messages."""
+    if isinstance(value, dict):
+        if "float" in value:
+            return value["float"]
+        if "tensor" in value:
+            return f"<{value['tensor']} tensor of shape {tuple(value['shape'])}>"
+        if "object" in value or "module" in value:
+            return f"<{value.get('object') or value.get('module')}>"
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _show(value):
+    text = str(_plain(value))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# ---- the grade -------------------------------------------------------------
+
+
+def default_data(reference):
+    candidate = Path(reference).resolve().parent / "shared" / "data"
+    return candidate if candidate.is_dir() else None
+
+
+def check(submission=None, names=(), assignments=(), reference=None, *, data=None, exercise_seconds=EXERCISE_SECONDS,
+          import_seconds=IMPORT_SECONDS, total_seconds=TOTAL_SECONDS, milestone_seconds=MILESTONE_SECONDS,
+          milestone_target=None, threads=1):
+    """Grade `submission` (a repository, a folder one level above one, or a
+    minibert/ package; default: the reference itself) with the tests,
+    fixtures and outputs of `reference` (the instructor's checkout; default:
+    the one this code is in). Returns a Grade."""
+    from minibert.coursework import milestone
+    from minibert.coursework.student import write_student_copy
+    began = time.monotonic()
+    deadline = began + total_seconds
+    reference = Path(reference or HERE_REPO).resolve()
+    if not (reference / "minibert").is_dir() or not (reference / "tests").is_dir():
+        raise CourseworkError(f"{reference}: not a minibert checkout (no minibert/ and tests/)")
+    data = Path(data).resolve() if data else default_data(reference)
     chosen = select(names, assignments)
-    tests, _ = exercise_tests(tests_from)
-    wanted = [row for row, exercises in END_TO_END if any(e in chosen for e in exercises)]
-    outcomes, end_to_end = run_in_copy(repo, [t for name in chosen for t in tests.get(name, [])], wanted,
-                                       tests_from)
-    rows = []
-    for name in chosen:
-        own = tests.get(name, [])
-        failed = [(t, outcomes[t][1]) for t in own if not outcomes[t][0]]
-        if not own:
-            status, note = "failed", f"no test_exercise_{name.replace('-', '_')}* test found under tests/"
-        elif failed:
-            (file, function), message = failed[0]
-            status, note = "failed", f"{function}: {message}"
-        else:
-            status, note = "passed", f"{len(own)} test{'s' if len(own) > 1 else ''} passed"
-        rows.append(Row(name, ASSIGNMENT_OF[name], 1.0 if status == "passed" else 0.0, 1.0, status, note))
-    for row_name, (passed, note) in end_to_end.items():
-        exercises = dict(END_TO_END)[row_name]
-        number = ASSIGNMENT_OF[exercises[0]]
-        if passed is None:
-            rows.append(Row(row_name, number, 0.0, 0.0, "skipped", note))
-        else:
-            rows.append(Row(row_name, number, 1.0 if passed else 0.0, 1.0, "passed" if passed else "failed", note))
-    return rows
+    try:
+        package = find_package(submission or reference)
+    except CourseworkError as e:   # a submission the grader cannot take scores 0, and says why
+        return Grade([Row(n, ASSIGNMENT_OF[n], 0.0, 1.0, "failed", str(e)) for n in chosen], [str(e)],
+                     time.monotonic() - began)
+    tests, _ = exercise_tests(reference)
+    regions = {r.name: r for r in find_regions(reference)[0]}
+    notes = []
+    wanted = []
+    for row, child, switches, needs in END_TO_END:
+        if any(e in chosen for e in switches):
+            if needs and (data is None or not (data / needs).is_file()):
+                notes.append(f"{row}: not graded here (no {needs} under the data folder "
+                             f"{data or '../shared/data'}; give it with --data)")
+            else:
+                wanted.append(child)
+    with tempfile.TemporaryDirectory(prefix="minibert-grade-") as scratch:
+        scratch = Path(scratch)
+        shutil.copyfile(RUNNER, scratch / "runner.py")
+        tree = scratch / "tree"
+        write_student_copy(reference, tree)
+        notes += copy_submission(package, tree)
+        work = scratch / "work"
+        work.mkdir()
+        spec = {"ini": str(_pytest_ini(reference, scratch)), "threads": threads,
+                "watch": [{"exercise": n, "module": regions[n].path[:-3].replace("/", "."),
+                           "qualname": regions[n].function, "forbidden": list(FORBIDDEN.get(n, ()))}
+                          for n in chosen if n in regions],
+                "hidden": _hidden_folders(reference, data), "sentences": "", "milestone": {}}
+        hidden_labels = {}
+        if "wordpiece" in wanted:
+            spec["sentences"] = str(work / "sst2-dev-sentences.txt")
+            milestone.write_sentences(data / "sst2" / "dev.tsv", spec["sentences"])
+        if "milestone" in wanted:
+            spec["milestone"], hidden_labels = milestone.prepare(data / "sst2", work)
+        items = [(n, [f"{file}::{function}" for file, function in tests.get(n, [])]) for n in chosen]
+        items = [(n, t) for n, t in items if t] + [(f"end-to-end:{c}", []) for c in wanted]
+        limits = {"exercise": exercise_seconds, "import": import_seconds, "milestone": milestone_seconds}
+        # The instructor's run: trusted code, generous limits.
+        expected = run_tree(reference, [i for i in items if i[0] != "end-to-end:milestone"], guard=False, scratch=scratch, spec_extra=spec,
+                            limits={k: max(v, 600) for k, v in limits.items()}, deadline=deadline + 3600)
+        if "attention" in expected.end_to_end and "data" in expected.end_to_end["attention"]:
+            spec["attention_batch"] = expected.end_to_end["attention"]["data"]["batch"]
+        found = run_tree(tree, items, guard=True, scratch=scratch, spec_extra=spec, limits=limits,
+                         deadline=deadline)
+        rows = [_exercise_row(n, tests.get(n, []), expected, found, tree, regions) for n in chosen]
+        rows += [_end_to_end_row(c, expected, found, hidden_labels, milestone_target) for c in wanted]
+    return Grade(rows, notes, time.monotonic() - began)
 
 
-def table(rows):
-    """The rows as a plain-text table with a total."""
+def _exercise_row(name, own, expected, found, tree, regions):
+    number = ASSIGNMENT_OF[name]
+    seconds = round(found.seconds.get(name, 0.0), 2)
+
+    def failed(note):
+        return Row(name, number, 0.0, 1.0, "failed", note, seconds)
+
+    if not own:
+        return failed(f"no test_exercise_{name.replace('-', '_')}* test found under tests/")
+    if name in regions:
+        used = forbidden_calls(tree, regions[name], FORBIDDEN_NAMES.get(name, set()))
+        if used:
+            return failed(f"{regions[name].function} uses {', '.join(used)}: this exercise asks you to write "
+                          f"that computation out")
+    ids = sorted(t for t in expected.tests if t.split("[")[0] in {f"{f}::{fn}" for f, fn in own})
+    if not ids:
+        return failed(f"the instructor's checkout did not run this exercise's tests: "
+                      f"{expected.stopped.get(name) or (expected.collect_errors or ['no report'])[0]}")
+    for test in ids:
+        theirs, mine = expected.tests[test], found.tests.get(test)
+        function = test.split("::", 1)[1]
+        if theirs.get("outcome") != "passed":
+            return failed(f"{function}: fails on the instructor's checkout too ({theirs.get('message')})")
+        if mine is None:
+            why = found.stopped.get(name) or (f"not run: {found.collect_errors[0]}" if found.collect_errors
+                                              else "not run")
+            return failed(f"{function}: {why}")
+        if mine.get("outcome") != "passed":
+            return failed(f"{function}: {mine.get('message') or 'failed'}")
+        calls, reference_calls = mine.get("calls"), theirs.get("calls")
+        if not isinstance(calls, list) or len(calls) != len(reference_calls):
+            return failed(f"{function}: called {regions[name].function if name in regions else name} "
+                          f"{len(calls) if isinstance(calls, list) else 0} times where the reference does "
+                          f"{len(reference_calls)} times")
+        for i, (a, b) in enumerate(zip(calls, reference_calls)):
+            problem = differs(a, b, f"call {i + 1} of {regions[name].function}")
+            if problem:
+                return failed(f"{function}: {problem}")
+    if name in found.stopped:
+        return failed(found.stopped[name])
+    return Row(name, number, 1.0, 1.0, "passed", f"{len(ids)} test{'s' if len(ids) > 1 else ''} passed", seconds)
+
+
+def _end_to_end_row(child, expected, found, hidden_labels, milestone_target):
+    from minibert.coursework import milestone
+    row = END_TO_END_OF[child]
+    first = dict((r, s) for r, _, s, _ in END_TO_END)[row][0]
+    number = ASSIGNMENT_OF.get(first, milestone.ASSIGNMENT)
+    seconds = round(found.seconds.get(f"end-to-end:{child}", 0.0), 2)
+    theirs, mine = expected.end_to_end.get(child, {}), found.end_to_end.get(child)
+
+    def result(ok, note):
+        return Row(row, number, 1.0 if ok else 0.0, 1.0, "passed" if ok else "failed", note, seconds)
+
+    if child != "milestone" and "data" not in theirs:
+        return result(False, f"the instructor's checkout fails this check: {theirs.get('error', 'no report')}")
+    if mine is None:
+        return result(False, found.stopped.get(f"end-to-end:{child}", "not run"))
+    if "data" not in mine:
+        return result(False, str(mine.get("error", "failed"))[:300])
+    try:
+        if child == "attention":
+            return result(*_compare_attention(mine["data"], theirs["data"]))
+        if child == "wordpiece":
+            return result(*_compare_tokens(mine["data"], theirs["data"]))
+        return result(*milestone.score(mine["data"], hidden_labels, milestone_target))
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        return result(False, f"the check's outputs are not what it returns ({type(e).__name__})")
+
+
+def _compare_attention(mine, theirs):
+    import torch
+    a = [torch.tensor(h, dtype=torch.float64) for h in mine["hidden_states"]]
+    b = [torch.tensor(h, dtype=torch.float64) for h in theirs["hidden_states"]]
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return False, "the written-out model's layer outputs have other shapes than the fused model's"
+    worst = max((x - y).abs().max().item() for x, y in zip(a, b))
+    real = torch.tensor(theirs["batch"]["attention_mask"]).bool()
+    same = bool((torch.tensor(mine["top1"]) == torch.tensor(theirs["top1"]))[real].all())
+    ok = worst <= 1e-5 and same
+    return ok, (f"bundled model, {real.shape[0]} sentences: every layer's output within {worst:.1e} of the "
+                f"instructor's fused model ({'<=' if worst <= 1e-5 else '>'} 1e-5), MLM top-1 "
+                f"{'identical' if same else 'different'}")
+
+
+def _compare_tokens(mine, theirs):
+    if not isinstance(mine, list) or len(mine) != len(theirs):
+        return False, "not one token list per sentence"
+    wrong = [i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b]
+    note = f"SST-2 dev: {len(theirs) - len(wrong)} of {len(theirs)} sentences tokenized as the reference does"
+    if wrong:
+        note += f"; first different: sentence {wrong[0] + 1}, {_show(mine[wrong[0]])} where it gives " \
+                f"{_show(theirs[wrong[0]])}"
+    return not wrong, note
+
+
+# ---- reports ---------------------------------------------------------------
+
+
+def table(grade):
+    """The rows as a plain-text table with a total, then the notes."""
+    rows = grade.rows if isinstance(grade, Grade) else grade
     width = max([len(r.name) for r in rows] + [len("exercise")])
     lines = [f"{'exercise':<{width}}  asg  points  result   note", "-" * (width + 40)]
     for r in rows:
@@ -254,18 +659,27 @@ def table(rows):
         lines.append(f"{r.name:<{width}}  {r.assignment:>3}  {points:>6}  {r.status:<7}  {r.output}")
     score, total = sum(r.points for r in rows), sum(r.max_points for r in rows)
     lines += ["-" * (width + 40), f"{'total':<{width}}       {score:g}/{total:g}"]
+    for note in getattr(grade, "notes", []):
+        lines.append(f"note: {note}")
     return "\n".join(lines)
 
 
-def gradescope(rows):
-    """Gradescope's results.json: per-test name, score, max_score, output,
-    and the total score."""
+def gradescope(grade):
+    """Gradescope's results.json, in full: per test its name, number, score,
+    max_score, status, output and visibility; at the top the score, the
+    execution time, the notes and the visibility of the output."""
     return {
-        "score": sum(r.points for r in rows),
-        "tests": [{"name": f"{r.assignment}. {r.name}", "score": r.points, "max_score": r.max_points,
-                   "output": f"{r.status}: {r.output}"} for r in rows],
+        "score": sum(r.points for r in grade.rows),
+        "execution_time": round(grade.seconds, 1),
+        "output": "\n".join(grade.notes),
+        "visibility": "visible",
+        "stdout_visibility": "visible",
+        "tests": [{"name": f"{r.assignment}. {r.name}", "number": str(i + 1), "score": r.points,
+                   "max_score": r.max_points, "status": r.status, "output": r.output, "visibility": "visible",
+                   "extra_data": {"seconds": r.seconds}} for i, r in enumerate(grade.rows)],
     }
 
 
-def all_passed(rows):
-    return all(r.status in ("passed", "skipped") for r in rows) and any(r.status == "passed" for r in rows)
+def all_passed(grade):
+    rows = grade.rows if isinstance(grade, Grade) else grade
+    return bool(rows) and all(r.status == "passed" for r in rows)

@@ -3,7 +3,7 @@
 For each exercise: blank it alone, import the package afresh, call every
 exercise test directly (they take no fixtures, by the tests' convention),
 and require that its own tests fail and every other exercise's tests still
-pass; the reference must pass them all.
+succeed; on the reference they must all succeed.
 
 All rounds run in this one process: a copy of the package sits first on
 sys.path, only the blanked file changes between rounds, and the `minibert`
@@ -160,7 +160,7 @@ class Sweep:
             outcomes, _ = self.round(own + others, blanked=region)
             for test in own:
                 if outcomes[test][0]:
-                    problems.append(f"blanking {region.name!r} leaves its test {test[0]}::{test[1]} passing "
+                    problems.append(f"blanking {region.name!r} leaves its test {test[0]}::{test[1]} succeeding "
                                     f"(the test does not depend on the region)")
             for test in others:
                 if not outcomes[test][0] and reference[test][0]:

@@ -1,8 +1,10 @@
 """The student copy: the repository with the chosen exercises blanked.
 
 The copy holds the files git knows (tracked, or new and not ignored), or,
-outside git, every file but .git, caches, compiled files and runs; so no
-solution text reaches it through history or bytecode.
+outside git, every file but .git, caches, compiled files and runs; never a
+virtual environment (a folder holding pyvenv.cfg, or .venv/venv), whose
+editable install would point back at the instructor's checkout; so no
+solution text reaches it through history, bytecode or site-packages.
 """
 
 import shutil
@@ -11,7 +13,8 @@ from pathlib import Path
 
 from minibert.coursework.exercises import CourseworkError, assignment, blank, find_regions
 
-SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", "runs", "cache", ".benchmarks"}
+SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", "runs", "cache", ".benchmarks", ".venv", "venv", ".tox",
+                "build", "dist", ".mypy_cache", ".ipynb_checkpoints"}
 
 
 def _skipped(relative):
@@ -35,7 +38,11 @@ def repository_files(repo):
         listed = None
     if listed is None:
         listed = sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file())
-    return [name for name in listed if not _skipped(name) and (repo / name).is_file()]
+    # a virtual environment is the folder that holds pyvenv.cfg, whatever its name
+    environments = tuple(name[:-len("pyvenv.cfg")] for name in listed
+                         if name.endswith("/pyvenv.cfg"))
+    return [name for name in listed if not _skipped(name) and not (environments and name.startswith(environments))
+            and (repo / name).is_file()]
 
 
 def write_student_copy(repo, outdir, assignments=None):

@@ -1,0 +1,56 @@
+"""Gradescope's autograder archive.
+
+Gradescope unpacks the archive an instructor uploads into /autograder/source,
+runs its `setup.sh` once to build the image, then `run_autograder` for every
+submission (the student's files in /autograder/submission, the grade expected
+in /autograder/results/results.json). The archive written here holds the
+instructor's checkout (the files git knows, as a student copy does), the two
+scripts of minibert/coursework/gradescope/ at its root, with the exercises to
+grade written into run_autograder, and the SST-2 files the end-to-end rows
+need under data/sst2/.
+"""
+
+import shlex
+import zipfile
+from pathlib import Path
+
+from minibert.coursework.exercises import CourseworkError
+from minibert.coursework.student import repository_files
+from minibert.support.fileio import atomic_write
+
+SCRIPTS = Path(__file__).with_name("gradescope")
+DATA_FILES = ("sst2/train.tsv", "sst2/dev.tsv")
+
+
+def run_autograder_script(selection):
+    """run_autograder with SELECTION replaced by the check's arguments."""
+    text = (SCRIPTS / "run_autograder").read_text(encoding="utf-8")
+    return text.replace(" SELECTION ", f" {shlex.join(selection)} " if selection else " ")
+
+
+def write_autograder(repo, archive, selection, data=None):
+    """Write the archive; returns the names it holds."""
+    repo, archive = Path(repo).resolve(), Path(archive)
+    if archive.resolve() == repo or repo in archive.resolve().parents:
+        raise CourseworkError(f"{archive}: inside the repository {repo}; write the archive elsewhere")
+    if archive.suffix != ".zip":
+        raise CourseworkError(f"{archive}: expected a .zip file name (Gradescope takes a zip archive)")
+    if archive.exists() and not archive.is_file():
+        raise CourseworkError(f"{archive}: exists and is not a file")
+    present = [name for name in DATA_FILES if data and (Path(data) / name).is_file()]
+    names = []
+    with atomic_write(archive, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in repository_files(repo):
+            z.write(repo / name, name)
+            names.append(name)
+        for script, text in (("setup.sh", (SCRIPTS / "setup.sh").read_text(encoding="utf-8")),
+                             ("run_autograder", run_autograder_script(selection))):
+            info = zipfile.ZipInfo(script)
+            info.external_attr = 0o100755 << 16      # executable: Gradescope runs them as programs
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, text)
+            names.append(script)
+        for name in present:
+            z.write(Path(data) / name, f"data/{name}")
+            names.append(f"data/{name}")
+    return names, [name for name in DATA_FILES if name not in present]

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Gradescope runs this once, when it builds the autograder's image, from the
+# folder the autograder archive was unpacked into (/autograder/source).
+# It installs what grading needs and NOT minibert itself: the instructor's
+# package stays out of site-packages, so no submission can import it.
+set -euo pipefail
+cd "$(dirname "$0")"
+grep -v '^-e' requirements.txt > grading-requirements.txt     # torch, numpy, tokenizers, tqdm, ...
+${PIP:-pip3} install -r grading-requirements.txt pytest

@@ -1,0 +1,120 @@
+"""The milestone: your own BERT fine-tuned on real SST-2 sentences.
+
+Everything that runs is the student's: the written-out model (embeddings
+sum, attention, heads, GELU, LayerNorm, feed-forward), the written-out
+WordPiece tokenizer, the classification head, AdamW's update, the warm-up
+schedule and the fine-tuning step, on the bundled pretrained model. The
+grader gives the child process the training sentences with their labels and
+the dev sentences WITHOUT labels; it scores the returned predictions itself
+against the dev labels (as CS224N's final project hides its test labels).
+
+The recipe is fixed (seed, sizes, learning rate), so a correct solution
+gives the same accuracy as the reference up to float rounding: see
+docs/coursework.md#milestone for the reference figure and its spread over
+seeds.
+"""
+
+import random
+
+ASSIGNMENT = 8
+RECIPE = {"train_examples": 2000, "epochs": 2, "batch_size": 32, "learning_rate": 2e-4, "warmup": 0.1,
+          "weight_decay": 0.01, "max_length": 48, "seed": 0}
+TARGET_PERCENT = 70.0   # dev accuracy the submission must reach (--milestone-target); the reference: 72.7 ± 0.7
+
+
+def read_sst2(path):
+    """(sentence, label) pairs of an SST-2 TSV file with its header."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()[1:]
+    pairs = []
+    for line in lines:
+        sentence, _, label = line.rstrip("\n").rpartition("\t")
+        pairs.append((sentence.strip(), int(label)))
+    return pairs
+
+
+def write_sentences(dev_tsv, path):
+    """The dev sentences alone, one per line: what a child may see."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(sentence for sentence, _ in read_sst2(dev_tsv)))
+
+
+def prepare(sst2_folder, work, recipe=None):
+    """Write the child's inputs into `work`: a labelled training sample and
+    the unlabelled dev sentences. Returns (spec for the child, dev labels)."""
+    recipe = dict(RECIPE, **(recipe or {}))
+    train = read_sst2(f"{sst2_folder}/train.tsv")
+    random.Random(recipe["seed"]).shuffle(train)
+    train_file, dev_file = f"{work}/milestone-train.tsv", f"{work}/milestone-dev-sentences.txt"
+    with open(train_file, "w", encoding="utf-8") as f:
+        f.write("".join(f"{s}\t{y}\n" for s, y in train[:recipe["train_examples"]]))
+    write_sentences(f"{sst2_folder}/dev.tsv", dev_file)
+    labels = [y for _, y in read_sst2(f"{sst2_folder}/dev.tsv")]
+    return {"train": train_file, "dev": dev_file, **recipe}, labels
+
+
+def encode(sentences, tokenizer, vocab, max_length, written_out):
+    """Token ids with [CLS] and [SEP]: the student's written-out WordPiece,
+    or the fast tokenizer (for the reference run)."""
+    from minibert.tokenization import written_out_tokenize
+    rows = []
+    for sentence in sentences:
+        tokens = (written_out_tokenize(sentence, vocab, tokenizer.do_lower_case) if written_out
+                  else tokenizer.tokenize(sentence))[:max_length - 2]
+        rows.append([vocab["[CLS]"]] + [vocab.get(t, vocab["[UNK]"]) for t in tokens] + [vocab["[SEP]"]])
+    return rows
+
+
+def fine_tune_sst2(spec, written_out=True):
+    """Fine-tune the bundled model with the recipe and return the dev
+    predictions (0 or 1 per sentence)."""
+    import torch
+    from minibert import load_pretrained, load_tokenizer
+    from minibert.finetuning import TaskModel, collate, fine_tuning_step
+    from minibert.heads import OutputLayer, add_pooler_if_missing
+    from minibert.training import AdamW, parameter_groups, warmup_then_linear_decay
+    torch.manual_seed(spec["seed"])
+    base, tokenizer = load_pretrained(), load_tokenizer()
+    vocab = tokenizer.backend.get_vocab()
+    add_pooler_if_missing(base)
+    model = TaskModel(base, OutputLayer(base.config, 2, per_token=False))
+    model.base_model.use_written_out(written_out)
+    with open(spec["train"], encoding="utf-8") as f:
+        train = [line.rpartition("\t") for line in f.read().splitlines()]
+    ids = encode([s for s, _, _ in train], tokenizer, vocab, spec["max_length"], written_out)
+    features = [{"input_ids": row, "token_type_ids": [0] * len(row), "labels": int(y)}
+                for row, (_, _, y) in zip(ids, train)]
+    steps = spec["epochs"] * -(-len(features) // spec["batch_size"])
+    optimizer = AdamW(parameter_groups(model, spec["weight_decay"]), lr=spec["learning_rate"])
+    scheduler = warmup_then_linear_decay(optimizer, int(spec["warmup"] * steps), steps)
+    order = random.Random(spec["seed"])
+    for _ in range(spec["epochs"]):
+        shuffled = list(features)
+        order.shuffle(shuffled)
+        for start in range(0, len(shuffled), spec["batch_size"]):
+            fine_tuning_step(model, collate(shuffled[start:start + spec["batch_size"]], tokenizer.pad_id),
+                             optimizer, scheduler)
+    with open(spec["dev"], encoding="utf-8") as f:
+        dev = encode(f.read().split("\n"), tokenizer, vocab, spec["max_length"], written_out)
+    model.eval()
+    predictions = []
+    with torch.no_grad():
+        for start in range(0, len(dev), 128):
+            batch = collate([{"input_ids": row, "token_type_ids": [0] * len(row)} for row in dev[start:start + 128]],
+                            tokenizer.pad_id)
+            predictions += model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]) \
+                .argmax(-1).tolist()
+    return {"predictions": predictions, "steps": steps}
+
+
+def score(data, labels, target=None):
+    """(reached the target, note): dev accuracy from the child's predictions
+    and the labels only the grader holds."""
+    target = TARGET_PERCENT if target is None else target
+    predictions = data["predictions"]
+    if not isinstance(predictions, list) or len(predictions) != len(labels):
+        return False, f"expected {len(labels)} dev predictions, got {len(predictions) if isinstance(predictions, list) else 0}"
+    correct = sum(1 for p, y in zip(predictions, labels) if p == y)
+    accuracy = 100.0 * correct / len(labels)
+    return accuracy >= target, (f"SST-2 dev accuracy {accuracy:.2f}% ({correct}/{len(labels)}) after "
+                                f"{data.get('steps', '?')} steps; target {target:g}%")
