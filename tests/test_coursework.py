@@ -523,3 +523,26 @@ def test_the_documented_gradescope_scripts_are_the_shipped_ones():
     for name in ("setup.sh", "run_autograder"):
         shipped = (REPO / "minibert" / "coursework" / "gradescope" / name).read_text()
         assert f"```bash\n{shipped}```" in text, f"docs/coursework.md does not quote {name} as shipped"
+
+
+# ---- the milestone ---------------------------------------------------------
+
+
+def test_the_milestone_child_sees_no_dev_label_and_the_grader_scores_its_predictions(tmp_path):
+    from minibert.coursework import milestone
+    from tiny_models import write_toy_sst2
+    (tmp_path / "sst2").mkdir()
+    write_toy_sst2(tmp_path / "sst2")
+    work = tmp_path / "work"
+    work.mkdir()
+    spec, labels = milestone.prepare(tmp_path / "sst2", work, {"train_examples": 64, "epochs": 1})
+    dev_text = Path(spec["dev"]).read_text()
+    assert "\t" not in dev_text and len(dev_text.split("\n")) == len(labels) == 64     # sentences, no labels
+    assert len(Path(spec["train"]).read_text().splitlines()) == 64
+    data = milestone.fine_tune_sst2(spec, written_out=True)        # the bundled model, two steps
+    assert data["steps"] == 2 and len(data["predictions"]) == 64 and set(data["predictions"]) <= {0, 1}
+    reached, note = milestone.score({"predictions": labels, "steps": 2}, labels, target=70)
+    assert reached and note == "SST-2 dev accuracy 100.00% (64/64) after 2 steps; target 70%"
+    reached, note = milestone.score({"predictions": [1 - y for y in labels], "steps": 2}, labels)
+    assert not reached and note.startswith("SST-2 dev accuracy 0.00% (0/64)")
+    assert milestone.score({"predictions": labels[:3]}, labels) == (False, "expected 64 dev predictions, got 3")

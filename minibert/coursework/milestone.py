@@ -118,3 +118,40 @@ def score(data, labels, target=None):
     accuracy = 100.0 * correct / len(labels)
     return accuracy >= target, (f"SST-2 dev accuracy {accuracy:.2f}% ({correct}/{len(labels)}) after "
                                 f"{data.get('steps', '?')} steps; target {target:g}%")
+
+
+def main(argv=None):
+    """The reference's milestone figure for one seed of the recipe, its
+    written-out model and tokenizer run as a correct solution runs:
+    python -m minibert.coursework.milestone --seed 1 (docs/results.md 9)."""
+    import argparse
+    import json
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import torch
+    from minibert.support.cli import int_at_least
+    parser = argparse.ArgumentParser(prog="python -m minibert.coursework.milestone", description=main.__doc__)
+    parser.add_argument("--seed", type=int, default=RECIPE["seed"], help="the recipe's seed: sample, "
+                        "initialisation and order (default: %(default)s, the graded one)")
+    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[3] / "shared" / "data",
+                        help="the folder holding sst2/train.tsv and sst2/dev.tsv (default: ../shared/data)")
+    parser.add_argument("--threads", type=int_at_least(1), default=1, help="torch threads (default: 1, as graded)")
+    args = parser.parse_args(argv)
+    for name in ("train.tsv", "dev.tsv"):
+        if not (args.data / "sst2" / name).is_file():
+            parser.error(f"--data {args.data}: no sst2/{name} there")
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="minibert-milestone-") as work:
+        spec, labels = prepare(args.data / "sst2", work, {"seed": args.seed})
+        began = time.monotonic()
+        data = fine_tune_sst2(spec, written_out=True)     # the reference's code, run as a solution runs
+        seconds = time.monotonic() - began
+    reached, note = score(data, labels)
+    print(json.dumps({"seed": args.seed, "threads": args.threads, "seconds": round(seconds, 1), "note": note}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
