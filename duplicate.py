@@ -81,6 +81,8 @@ def main(argv=None):
 
     if (args.json or args.plot) and not args.probe:
         raise MiniBertError(f"{'--json' if args.json else '--plot'} writes the probe's results: add --probe")
+    from minibert.support.outputs import check_output_files
+    check_output_files(args, {"--model": args.model, "--text": args.text}, owned={"--output": args.output})
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()                        # before any slow work, not after it

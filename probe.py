@@ -61,6 +61,8 @@ fit.add_argument("--fit-batch-size", type=positive_int, default=256, metavar="N"
 
 def main(argv=None):
     args = parser.parse_args(argv)
+    from minibert.support.outputs import check_output_files
+    check_output_files(args, {"--model": args.model, "--text": args.text, "--fit-head": args.fit_head})
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()              # before the model is loaded and probed, not after

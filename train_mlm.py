@@ -245,6 +245,9 @@ def main(argv=None):
                                       is_deberta, pretrain, read_model_config, split_heldout, text_files)
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.
+    from minibert.support.outputs import check_output_files
+    check_output_files(args, {"--corpus": args.corpus, "--heldout-corpus": args.heldout_corpus, "--vocab": args.vocab,
+                              "--config": args.config}, owned={"--output": args.output, "--cache-dir": args.cache_dir})
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()

@@ -467,6 +467,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not args.sentence.strip():
         parser.error("the sentence is empty; give one sentence to follow")
+    from minibert.support.outputs import check_output_files
+    check_output_files(args, {"--model": args.model}, flags=("--json",))
     from minibert.checkpoints import load_pretrained
     from minibert.tokenization import load_tokenizer
 

@@ -1,6 +1,8 @@
 """minibert.support.outputs: no run writes over a model folder of any kind,
 nor over what it reads, unless it is the same run resuming in its own folder.
-(The scripts' use of it: test_finetune.py and test_distill.py.)"""
+(The scripts' use of it: below, test_finetune.py and test_distill.py.)"""
+
+import os
 
 import pytest
 
@@ -71,3 +73,64 @@ def test_file_identity_changes_with_the_content_at_the_same_path(tmp_path):
     path.write_text("a\t0\n")
     assert before.startswith(f"{path} (4 bytes, sha256 ") and file_identity(path) != before
     assert file_identity(None) is None
+
+
+# ---- every script's --json and --plot, through the same check ---------------
+
+
+def script_cases(tmp_path):
+    from tiny_models import save_tiny_model
+    model = tmp_path / "model"
+    save_tiny_model(model)
+    (tmp_path / "sentences.txt").write_text("the cat sat on the mat .\n")
+    (tmp_path / "corpus.txt").write_text("the cat sat on the mat .\n" * 50)
+    out = tmp_path / "out"
+    return {
+        "probe --json over the model's config": (
+            "probe.py", ["--model", model, "--json", model / "config.json"], model / "config.json",
+            "lies inside the --model folder"),
+        "probe --json over its sentences": (
+            "probe.py", ["--model", model, "--text", tmp_path / "sentences.txt", "--json", tmp_path / "sentences.txt"],
+            tmp_path / "sentences.txt", "is the --text"),
+        "duplicate --json over the source model": (
+            "duplicate.py", ["--model", model, "--duplicate", "0", "--output", out, "--probe", "--json",
+                             model / "config.json"], model / "config.json", "lies inside the --model folder"),
+        "duplicate --json into the model it writes": (
+            "duplicate.py", ["--model", model, "--duplicate", "0", "--output", out, "--probe", "--json",
+                             out / "config.json"], None, "lies inside the --output folder"),
+        "train_mlm --json over its corpus": (
+            "train_mlm.py", ["--corpus", tmp_path / "corpus.txt", "--output", out, "--json", tmp_path / "corpus.txt"],
+            tmp_path / "corpus.txt", "is the --corpus"),
+        "train_mlm --json into the model it writes": (
+            "train_mlm.py", ["--corpus", tmp_path / "corpus.txt", "--output", out, "--json", out / "config.json"],
+            None, "lies inside the --output folder"),
+        "walkthrough --json over the vocabulary": (
+            "minibert/walkthrough.py", ["the cat", "--model", model, "--json", model / "vocab.txt"], model / "vocab.txt",
+            "lies inside the --model folder"),
+    }
+
+
+@pytest.mark.parametrize("case", ["probe --json over the model's config", "probe --json over its sentences",
+                                  "duplicate --json over the source model", "duplicate --json into the model it writes",
+                                  "train_mlm --json over its corpus", "train_mlm --json into the model it writes",
+                                  "walkthrough --json over the vocabulary"])
+def test_no_script_writes_its_json_over_an_input_or_a_model(tmp_path, capsys, case):
+    from helpers import run_script_in_process
+    script, args, kept, message = script_cases(tmp_path)[case]
+    before = kept.read_bytes() if kept else None
+    code, captured = run_script_in_process(capsys, script, *args)
+    assert code == 1 and captured.err.count("\n") == 1 and message in captured.err, captured.err
+    assert (kept.read_bytes() == before) if kept else not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_json_path_that_is_a_fifo_or_a_link_is_refused_before_the_work(tmp_path, capsys):
+    from helpers import run_script_in_process
+    from tiny_models import save_tiny_model
+    save_tiny_model(tmp_path / "model")
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "link.json").symlink_to(tmp_path / "elsewhere.json")
+    for target, what in ((tmp_path / "pipe", "not a regular file"), (tmp_path / "link.json", "a symbolic link")):
+        code, captured = run_script_in_process(capsys, "probe.py", "--model", tmp_path / "model", "--json", target)
+        assert code == 1 and f"--json {target}: {what}" in captured.err, captured.err
+    assert (tmp_path / "pipe").is_fifo() and (tmp_path / "link.json").is_symlink()

@@ -12,7 +12,11 @@ through: the old file is already truncated and the new one is incomplete.
    old complete file or the new complete file, never a mixture.
 
 If anything goes wrong before step 3, the temporary file is deleted and the
-target is left untouched.
+target is left untouched. A rename replaces whatever the name pointed at, so
+a target that is not a regular file (a symbolic link, a FIFO, a device such
+as /dev/null, a folder) is refused: renaming onto it would replace the link
+or the device node itself with a plain file. A full disk or a file-size
+limit is a one-line error naming the file.
 
     with atomic_write("model.safetensors") as f:
         f.write(header)
@@ -20,12 +24,16 @@ target is left untouched.
 """
 
 import contextlib
+import errno
 import json
 import os
 import secrets
 from pathlib import Path
 
 from minibert.support.errors import MiniBertError
+
+# A full disk, a file-size limit (RLIMIT_FSIZE) or a full quota.
+DISK_FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
 def temporary_name(path):
@@ -58,6 +66,7 @@ def atomic_write(path, mode="wb"):
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write: mode must be 'wb' or 'w', not {mode!r}")
     path = Path(path)
+    refuse_special(path)
     tmp = temporary_name(path)
     try:
         # O_EXCL: never write into a file someone else created under that name.
@@ -71,11 +80,25 @@ def atomic_write(path, mode="wb"):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno in DISK_FULL:
+            kept = "the previous file is unchanged" if path.exists() else "nothing was written"
+            raise MiniBertError(f"{path}: cannot write it ({e.strerror}); {kept}") from e
         raise
     fsync_folder(path.parent)
+
+
+def refuse_special(path):
+    """A MiniBertError unless `path` is absent or a regular file (not a link)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise MiniBertError(f"{path}: a symbolic link; give the path of a regular file (writing would replace "
+                            f"the link, not the file it points to)")
+    if path.exists() and not path.is_file():
+        what = "a folder" if path.is_dir() else "not a regular file (a device, FIFO or socket)"
+        raise MiniBertError(f"{path}: {what}; give the path of a new or existing regular file")
 
 
 def read_json_object(path):

@@ -16,6 +16,7 @@ A model folder is recognised by its files (MODEL_FILES), not by its name.
 from pathlib import Path
 
 from minibert.support.errors import MiniBertError
+from minibert.support.fileio import refuse_special
 
 # A model folder holds weights, or a record of minibert's or a config next
 # to a tokenizer's files (a Google TF folder: bert_config.json, vocab.txt).
@@ -54,12 +55,18 @@ def enclosing_model_folder(path):
     return None
 
 
-def check_apart_from_inputs(flag, output, inputs):
+def check_apart_from_inputs(flag, output, inputs, owned=None):
     """`output` is none of the paths the run reads, and lies inside none of
-    them. inputs: {flag: path or None}; paths that do not exist (a hub name,
-    the bundled model) are skipped."""
+    them. inputs: {flag: path, a list of paths, or None}; paths that do not exist (a hub name,
+    the bundled model) are skipped. owned: {flag: folder} the run itself
+    writes (its --output), checked even before they exist."""
     target = Path(output).resolve()
-    for input_flag, path in inputs.items():
+    for input_flag, path in (owned or {}).items():
+        if path is not None and (target == Path(path).resolve() or Path(path).resolve() in target.parents):
+            raise MiniBertError(f"{flag} {output}: lies inside the {input_flag} folder {path} this run writes "
+                                f"its model into; choose a place apart from it")
+    listed = [(f, p) for f, paths in inputs.items() for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
+    for input_flag, path in listed:
         if path is None or not Path(path).exists():
             continue
         source = Path(path).resolve()
@@ -100,13 +107,27 @@ def check_training_output(output, record_file, inputs, resume=False, flag="--out
     return output
 
 
-def check_output_file(output, inputs, flag="--output"):
-    """A file a run writes (predictions, --json): not a file it reads, nor
-    inside one of its input folders or any model folder. Returns it as a Path."""
+def check_output_file(output, inputs, flag="--output", owned=None):
+    """A file a run writes (predictions, --json, --plot): a regular file or
+    a new name (never a link, FIFO or device, which the rename would
+    replace), not a file it reads, nor inside one of its input folders, the
+    folders it writes (owned) or any model folder. Returns it as a Path."""
     output = Path(output)
-    check_apart_from_inputs(flag, output, inputs)
+    try:
+        refuse_special(output)
+    except MiniBertError as e:
+        raise MiniBertError(f"{flag} {e}") from None
+    check_apart_from_inputs(flag, output, inputs, owned)
     check_not_in_model_folder(flag, output)
     return output
+
+
+def check_output_files(args, inputs, owned=None, flags=("--json", "--plot")):
+    """check_output_file for each of these flags the command line gave."""
+    for flag in flags:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if value:
+            check_output_file(value, inputs, flag, owned)
 
 
 def file_identity(path):
