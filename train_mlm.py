@@ -34,7 +34,9 @@ written when the run ends; until then --output holds checkpoint.pt (the
 vocabulary included) and the token cache; checkpoint.pt is removed once
 the run has finished (--keep-checkpoint keeps it). --output must be new or empty;
 --resume continues the run whose checkpoint is there (or starts it again if
-it stopped before its first checkpoint), --force writes over anything else.
+it stopped before its first checkpoint) and refuses a changed flag that
+shapes the run (the corpus, by path, size and SHA-256, --lr, --warmup,
+--mask-prob, ...), naming it; --force writes over anything else.
 """
 
 import os
@@ -130,8 +132,9 @@ def parse_args(argv=None):
     train.add_argument("--max-minutes", type=positive_float,
                        help="stop after this much wall time, with a checkpoint to --resume from")
     train.add_argument("--resume", action="store_true",
-                       help="continue from OUTPUT/checkpoint.pt (with the vocabulary stored in it); "
-                            "with no checkpoint yet, start from step 0")
+                       help="continue from OUTPUT/checkpoint.pt (with the vocabulary stored in it), with "
+                            "the same corpus and settings (a changed one is refused, by name); with no "
+                            "checkpoint yet, start from step 0")
     train.add_argument("--device", type=device, default="auto",
                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1 ...")
     train.add_argument("--num-workers", type=non_negative_int, default=0,

@@ -39,6 +39,7 @@ from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import fsync_folder, temporary_name
+from minibert.support.outputs import file_identity
 from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
@@ -341,7 +342,15 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                   "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer),   # --resume compares it
                   "vocabulary": {"kind": tokenizer.kind, "do_lower_case": tokenizer.do_lower_case,
                                  "tokens": vocabulary(tokenizer)},           # --resume rebuilds the tokenizer
-                  "settings": {"--optimizer": optimizer}}     # --resume refuses another (check_same_run)
+                  # --resume refuses a run where any of these differs (check_same_run), naming the flag:
+                  # each shapes the model a run ends with, and a resumed run must end as one run would.
+                  "settings": {"--corpus": [file_identity(f) for f in corpus],
+                               "--heldout-corpus": [file_identity(f) for f in heldout],
+                               "--max-seq-len": max_seq_len, "--pair-objective": pair_objective,
+                               "--mask-prob": mask_prob, "--whole-word-masking": whole_word, "--steps": steps,
+                               "--batch-size": batch_size, "--grad-accum": grad_accum_steps, "--lr": learning_rate,
+                               "--warmup": warmup_steps, "--weight-decay": weight_decay,
+                               "--optimizer": optimizer, "--max-grad-norm": max_grad_norm, "--seed": seed}}
     config = TrainingConfig(total_steps=steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=warmup_steps, max_grad_norm=max_grad_norm,
                             grad_accum_steps=grad_accum_steps, seed=seed, eval_every=eval_every,

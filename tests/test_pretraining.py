@@ -177,7 +177,7 @@ def test_vocab_config_mismatch_and_incompatible_resume_are_clear_errors(corpus_a
     with pytest.raises(MiniBertError, match="vocab_size"):
         pretrain(files, tmp_path / "a", wrong_vocab, tokenizer, steps=1, progress=False, device="cpu")
     run_pretrain(files, tokenizer, tmp_path / "b", steps=2)
-    with pytest.raises(MiniBertError, match="--resume: .*batch_size"):
+    with pytest.raises(MiniBertError, match="--resume: .*--batch-size 8, this run has --batch-size 4"):
         run_pretrain(files, tokenizer, tmp_path / "b", steps=2, batch_size=4, resume=True)
     with pytest.raises(MiniBertError, match="--resume: .*--optimizer 'adamw', this run has --optimizer 'bert-adam'"):
         run_pretrain(files, tokenizer, tmp_path / "b", steps=2, optimizer="bert-adam", resume=True)
@@ -262,6 +262,31 @@ def test_resume_without_a_checkpoint_starts_from_step_0_and_says_so(tmp_path, ca
     assert [line for line in out.splitlines() if "no checkpoint" in line] == [
         f"--resume: {run} holds no checkpoint yet (the run stopped before its first one); starting from step 0"]
     assert load_checkpoint(run / "checkpoint.pt")["step"] == 2
+
+
+@pytest.mark.parametrize("flag, old, new", [
+    ("--lr", "1e-3", "2e-3"), ("--weight-decay", "0.01", "0.1"), ("--warmup", "1", "2"),
+    ("--max-grad-norm", "1.0", "0.5"), ("--mask-prob", "0.15", "0.2"), ("--whole-word-masking", None, None),
+    ("--pair-objective", "none", "nsp"), ("--corpus", None, "edited in place"), ("--corpus", None, "another file")])
+def test_a_resume_with_a_changed_flag_is_refused_naming_the_flag(tmp_path, capsys, flag, old, new):
+    files = write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    first = [flag, old] if old else []
+    code, _, err = train_mlm(capsys, files, run, "--steps", "4", "--max-minutes", "1e-9", *first)  # stops at step 1
+    assert code == 0, err
+    if new == "edited in place":
+        files[0].write_text(files[0].read_text() + "\nthe end .\n")
+        again, changed = files, []
+    elif new == "another file":
+        other = tmp_path / "other.txt"
+        other.write_text(files[0].read_text())
+        again, changed = [other, files[1]], []
+    else:
+        again, changed = files, [flag, new] if new else [flag]
+    code, _, err = train_mlm(capsys, again, run, "--steps", "4", "--resume", *changed)
+    assert code == 1 and len(err) == 1, err
+    assert f"was made with {flag} " in err[0] and f"this run has {flag} " in err[0], err
+    assert load_checkpoint(run / "checkpoint.pt")["step"] == 1                # the checkpoint is kept, unchanged
 
 
 def test_resume_uses_the_vocabulary_stored_in_the_checkpoint(tmp_path, capsys):
