@@ -27,7 +27,6 @@ folder with a new vocabulary.
 
 import math
 import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -38,15 +37,14 @@ from minibert.checkpoints import read_config, save_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import fsync_folder, temporary_name
+from minibert.support.folders import recover_folder, write_folder
 from minibert.support.outputs import file_identity
 from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
                                       is_token_cache, pack_blocks, tokenizer_fingerprint, vocabulary)
 from minibert.tokenization import _wordpiece_from_vocab, wordpiece_tokenizer
-from minibert.training import (Prefetched, TrainingConfig, load_checkpoint, remove_stale_temporary_files,
-                               setup_context, train)
+from minibert.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
 
 CHECKPOINT = "checkpoint.pt"
 # [CLS] A [SEP] B [SEP]: sequences are packed with max_seq_len - 3 tokens of text (pack_blocks).
@@ -227,22 +225,12 @@ def make_folder(folder, flag="--output"):
 
 
 def save_model_folder(model, tokenizer, output):
-    """config.json, model.safetensors and the tokenizer files, each replacing
-    its old version atomically: all are written into a hidden folder inside
-    `output` first (`.model.PID.HEX.tmp`, removed at the next run's start if a
-    kill leaves it), then renamed into place one by one. No file is ever seen
-    half-written, and none is touched before all of them are complete."""
-    output = Path(output)
-    staging = temporary_name(output / "model")
-    try:
-        save_pretrained(model, staging, tokenizer=tokenizer)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    for file in sorted(staging.iterdir()):
-        os.replace(file, output / file.name)
-    staging.rmdir()
-    fsync_folder(output)
+    """config.json, model.safetensors and the tokenizer files, written as one
+    unit (support/folders.write_folder): into a hidden sibling of `output`,
+    which then replaces it, with the run's checkpoint.pt, its token cache and
+    a user's own files carried over. A kill leaves the old folder or the new
+    one, never new weights beside an old vocabulary."""
+    write_folder(output, lambda staging: save_pretrained(model, staging, tokenizer=tokenizer))
 
 
 # ----------------------------------------------------------------------------
@@ -316,7 +304,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     check_pair_objective(model_config, pair_objective)
     make_folder(output)
     if context.is_main:
-        remove_stale_temporary_files(output / "model")      # a kill during save_model_folder
+        recover_folder(output)              # what a kill during save_model_folder (write_folder) left
     cache_dir = Path(cache_dir) if cache_dir else output / "cache"
     global_batch = batch_size  # rows per micro-batch, all processes together
     if global_batch % context.world_size:

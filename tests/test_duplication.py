@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -483,3 +484,28 @@ def test_exercise_duplicate_tied_keeps_each_layer_once():
 def test_exercise_duplicate_tied_nothing_repeating_is_an_ordinary_bert():
     assert duplication.tied_layers([0, 1, 2]) == ([0, 1, 2], None)
     assert duplication.tied_layers([2, 0]) == ([2, 0], None)
+
+
+def test_write_model_replaces_an_old_model_whole_or_not_at_all(bert, tmp_path, monkeypatch):
+    import minibert.checkpoints
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in (("config.json", "{}"), ("task.json", "{}"), ("model.safetensors", "old"), ("notes.txt", "mine")):
+        (out / name).write_text(text)                    # a fine-tuned folder, and a file of the user's
+    deeper = duplication.deepen_bert(bert, [0, 1, 1, 2, 3])
+
+    def full_disk(model, directory, **kwargs):
+        (Path(directory) / "model.safetensors").write_text("half")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(minibert.checkpoints, "save_pretrained", full_disk)
+    with pytest.raises(OSError):
+        duplication.write_model(deeper, out, source_dir=bert.source_dir, force=True)
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        "config.json": "{}", "task.json": "{}", "model.safetensors": "old", "notes.txt": "mine"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bert", "out"]
+    monkeypatch.undo()
+    duplication.write_model(deeper, out, source_dir=bert.source_dir, record={"duplicated": [1]}, force=True)
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "duplication.json", "model.safetensors", "notes.txt", "vocab.txt"} <= names
+    assert "task.json" not in names                                                    # no stale record
+    assert load_pretrained(out).config.num_hidden_layers == 5

@@ -236,6 +236,28 @@ def test_a_damaged_token_cache_marker_is_rebuilt_or_reported(corpus_and_tokenize
     assert code == 1 and len(err) == 1 and "damaged token cache marker" in err[0], err
 
 
+def test_the_final_save_replaces_the_whole_model_or_nothing(corpus_and_tokenizer, tmp_path, monkeypatch):
+    from minibert import pretraining
+    files, tokenizer = corpus_and_tokenizer
+    run = tmp_path / "run"
+    run_pretrain(files, tokenizer, run, steps=2)                       # a model, its checkpoint and its cache
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    model = BertModel(tiny_config(tokenizer.vocab_size), with_pair_head=False)
+
+    def dies_after_the_weights(model, folder, tokenizer=None):     # as a kill or a full disk half-way would
+        (folder / "model.safetensors").write_bytes(b"new weights")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(pretraining, "save_pretrained", dies_after_the_weights)
+    with pytest.raises(OSError):
+        pretraining.save_model_folder(model, tokenizer, run)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before   # the old model, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]                        # no staging folder left
+    monkeypatch.undo()
+    pretraining.save_model_folder(model, tokenizer, run)
+    assert (run / "model.safetensors").read_bytes() != before["model.safetensors"]
+    assert (run / "checkpoint.pt").read_bytes() == before["checkpoint.pt"] and (run / "cache").is_dir()
+
+
 def test_checkpoint_files_left_by_killed_runs_are_removed(corpus_and_tokenizer, tmp_path):
     files, tokenizer = corpus_and_tokenizer
     finished = subprocess.Popen([sys.executable, "-c", "pass"])

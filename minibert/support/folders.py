@@ -68,10 +68,14 @@ def write_folder(folder, write_into, leave_behind=()):
 
 
 def carry_over(old, folder, leave_behind=()):
-    """Move what `old` holds and `folder` lacks into `folder`, then delete `old`."""
+    """Move what `old` holds and `folder` lacks into `folder`, then delete `old`.
+    A file another live process is writing (.NAME.PID.HEX.tmp) moves too, so
+    its rename onto NAME still lands in the folder; a dead one's is dropped."""
     for entry in sorted(old.iterdir()):
-        if entry.name not in leave_behind and not LEFTOVER.fullmatch(entry.name) \
-                and not (folder / entry.name).exists():
+        leftover = LEFTOVER.fullmatch(entry.name)
+        if leftover is not None and not process_is_alive(int(leftover["pid"])):
+            continue
+        if entry.name not in leave_behind and not (folder / entry.name).exists():
             os.replace(entry, folder / entry.name)
     shutil.rmtree(old, ignore_errors=True)
     fsync_folder(folder)
