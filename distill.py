@@ -257,13 +257,14 @@ def distil(args):
     from minibert import distillation
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import write_json
-    from minibert.support.folders import recover_folder
+    from minibert.support.folders import lock_output, recover_folder
     from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
     from minibert.support.reports import json_safe
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
     inputs = {"--teacher": args.teacher, "--train": args.train, "--eval": args.eval, "--pos-file": args.pos_file,
               "--embeddings": args.embeddings, "--cache-dir": args.cache_dir}
+    lock_output(output)                          # one run per folder: a second one stops here
     recover_folder(output)                       # what a killed run left half-written
     check_training_output(output, distillation.STUDENT_FILE, inputs, resume=args.resume)
     if args.json:

@@ -86,6 +86,8 @@ def main(argv=None):
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()                        # before any slow work, not after it
+    from minibert.support.folders import lock_output
+    lock_output(args.output)                        # one run per folder: a second one stops here
     duplication.check_output_dir(args.output, args.force, source=args.model)   # before any slow loading
     model = load_pretrained(args.model)
     config = model.config

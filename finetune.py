@@ -207,7 +207,7 @@ def fine_tune(args):
 
     from minibert import finetuning
     from minibert.support.errors import MiniBertError
-    from minibert.support.folders import recover_folder
+    from minibert.support.folders import lock_output, recover_folder
     from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
     from minibert.support.fileio import write_json
     from minibert.support.reports import format_metrics, json_safe
@@ -215,6 +215,7 @@ def fine_tune(args):
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
     inputs = {"--model": args.model, "--train": args.train, "--eval": args.eval}
+    lock_output(output)                          # one run per folder: a second one stops here
     recover_folder(output)                       # what a killed run left half-written
     check_training_output(output, "task.json", inputs, resume=args.resume)
     if args.json:

@@ -259,6 +259,8 @@ def main(argv=None):
     heldout += text_files(args.heldout_corpus, "--heldout-corpus")
     if not corpus:
         raise MiniBertError("--heldout holds out every corpus file: nothing left to train on")
+    from minibert.support.folders import lock_output
+    lock_output(args.output)                       # one run per folder: a second one stops here
     check_output_folder(args.output, resume=args.resume, force=args.force)
     config = read_model_config(args.config) if args.config else None     # BERT's three config files, or DeBERTa's
     if config is not None:

@@ -197,3 +197,50 @@ def test_a_folder_that_cannot_be_written_is_a_one_line_error(tmp_path):
             write_folder(tmp_path / "locked" / "run", write_files(task_json="1"))
     finally:
         (tmp_path / "locked").chmod(0o700)
+
+
+# ---- one run per output folder ---------------------------------------------
+
+
+def test_a_second_run_on_a_locked_folder_stops_with_one_line_and_the_lock_goes_at_the_end(tmp_path):
+    import subprocess
+    import sys
+    from minibert.support.folders import HELD_LOCKS, lock_output, release_locks
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time\nfrom minibert.support.folders import lock_output\n"
+                               f"lock_output({str(tmp_path / 'out')!r})\nprint('locked', flush=True)\ntime.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        with pytest.raises(MiniBertError, match=rf"--output .*out: another run \(PID {holder.pid}\) is writing this "
+                                                r"folder; wait for it to end, or choose another folder"):
+            lock_output(tmp_path / "out")
+    finally:
+        holder.kill()
+        holder.wait()
+    lock_output(tmp_path / "out")            # the system released the dead run's lock
+    assert len(HELD_LOCKS) == 1 and (tmp_path / ".out.lock").read_text() == f"{os.getpid()}\n"
+    release_locks()
+    assert HELD_LOCKS == [] and not (tmp_path / ".out.lock").exists()
+
+
+@pytest.mark.parametrize("script", ["train_mlm.py", "duplicate.py"])
+def test_two_runs_on_one_output_the_second_stops_before_any_work(tmp_path, capsys, script):
+    from helpers import run_script_in_process
+    from tiny_models import save_tiny_model
+    save_tiny_model(tmp_path / "model")
+    (tmp_path / "corpus.txt").write_text("the cat sat on the mat .\n" * 50)
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import time\nfrom minibert.support.folders import lock_output\n"
+                               f"lock_output({str(tmp_path / 'out')!r})\nprint('locked', flush=True)\ntime.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    args = {"train_mlm.py": ["--corpus", tmp_path / "corpus.txt", "--steps", "1"],
+            "duplicate.py": ["--model", tmp_path / "model", "--duplicate", "0"]}[script]
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        code, captured = run_script_in_process(capsys, script, *args, "--output", tmp_path / "out")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 1 and f"another run (PID {holder.pid}) is writing this folder" in captured.err, captured.err
+    assert not (tmp_path / "out").exists()                     # the second run wrote nothing

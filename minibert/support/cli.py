@@ -66,6 +66,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def run(main, argv=None):
+    from minibert.support.folders import release_locks
     try:
         status = main(argv)
     except UsageError as e:
@@ -78,6 +79,8 @@ def run(main, argv=None):
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        release_locks()               # the --output folders this run held (support/folders.lock_output)
     sys.exit(status or 0)
 
 

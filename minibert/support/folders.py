@@ -12,6 +12,7 @@ missing file, a missing field or weights that do not fit end in one
 MiniBertError line naming the file.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -183,3 +184,58 @@ def check_task_record(path, record, task_names):
         raise MiniBertError(f"{path}: field 'labels' must be a list of label names (strings), got {str(labels)[:60]}")
     if type(length) is not int or length < 8:
         raise MiniBertError(f"{path}: field 'max_seq_len' must be an integer >= 8, got {str(length)[:40]}")
+
+
+# ----------------------------------------------------------------------------
+# One run per output folder
+# ----------------------------------------------------------------------------
+
+HELD_LOCKS = []     # (path, fd) of the locks this process holds; cli.run releases them when main returns
+
+
+def lock_output(folder, flag="--output"):
+    """Hold an exclusive lock on `folder` for the rest of the run, so that a
+    second run started on the same folder stops at once with one line,
+    instead of both writing it. The lock is a sibling file `.FOLDER.lock`
+    (the folder itself is replaced by write_folder, so it cannot carry it)
+    holding the PID, locked with flock: the operating system releases it if
+    the run dies, however it dies. Where flock does not exist (Windows) runs
+    are not locked. Only torchrun's first process locks (RANK 0)."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    if os.environ.get("RANK", "0") != "0":
+        return
+    folder = Path(folder).absolute()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    path = folder.parent / f".{folder.name}.lock"
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise MiniBertError(f"{flag} {folder}: cannot make its lock file {path} ({e.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise MiniBertError(f"{flag} {folder}: another run (PID {holder}) is writing this folder; wait for it "
+                                f"to end, or choose another folder") from None
+        # The lock file may have been removed by its last holder between our open and our lock.
+        if path.exists() and os.stat(path).st_ino == os.fstat(fd).st_ino:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    HELD_LOCKS.append((path, fd))
+
+
+def release_locks():
+    """Remove, then unlock, every lock this process holds (removing first, so
+    that no other run can lock a file that is about to disappear)."""
+    while HELD_LOCKS:
+        path, fd = HELD_LOCKS.pop()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
