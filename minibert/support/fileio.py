@@ -20,6 +20,7 @@ target is left untouched.
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -108,3 +109,12 @@ def write_json(path, values):
     with atomic_write(path, mode="w") as f:
         json.dump(values, f, indent=2)
         f.write("\n")
+
+
+def file_sha256(path, chunk_bytes=1 << 20):
+    """The SHA-256 of a file's bytes, as hex, read a chunk at a time (files may be large)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            h.update(chunk)
+    return h.hexdigest()
