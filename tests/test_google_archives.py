@@ -93,7 +93,7 @@ def make_handler(state):
             self.wfile.write(body[:3000] if state.mode == "hang-up" else body)
 
         def log_message(self, *args):
-            pass
+            """Quiet: the tests read `requests` instead of a log on stderr."""
 
     return Handler
 
@@ -264,7 +264,7 @@ def test_cached_folder_without_config(server, cache):
         resolve_model_dir(BERT_NAME)
     assert str(info.value) == (
         f"{cache / BERT_FOLDER}: cached model folder has no config.json / bert_config.json / "
-        f"albert_config.json; to download {BERT_NAME} again, pass force_download=True or "
+        f"albert_config.json; to download {BERT_NAME} again, use force_download=True or "
         f"delete {cache / BERT_FOLDER}")
     assert server.requests == []
     folder = resolve_model_dir(BERT_NAME, force_download=True)

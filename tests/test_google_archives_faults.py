@@ -100,7 +100,7 @@ def test_bad_cached_checkpoint_names_the_folder_and_force_download_refreshes(ser
     message = str(info.value)
     assert "bert_model.ckpt.data-00000-of-00001" in message and "truncated" in message
     assert message.endswith(f"(the cached download of {BERT_NAME} in {target} is bad; to "
-                            f"download {BERT_NAME} again, pass force_download=True or "
+                            f"download {BERT_NAME} again, use force_download=True or "
                             f"delete {target})")
     assert "\n" not in message
 

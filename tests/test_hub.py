@@ -123,7 +123,7 @@ def make_handler(state):
             self.answer(with_body=False)
 
         def log_message(self, *args):
-            pass
+            """Quiet: the tests read `requests` instead of a log on stderr."""
 
     return Handler
 
@@ -320,7 +320,7 @@ def test_offline_and_not_in_the_cache_says_so_and_asks_nothing(fake_hub, env, hf
     fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
     assert resolve(REPO_ID, env, HF_HUB_OFFLINE="1") == (
         f"error: {REPO_ID} is not in the Hugging Face cache ({hf_home / 'hub'}) and HF_HUB_OFFLINE is set; "
-        f"download it once with the network on (unset HF_HUB_OFFLINE), or pass the path of a folder that holds it")
+        f"download it once with the network on (unset HF_HUB_OFFLINE), or give the path of a folder that holds it")
     files = model_files(tmp_path / "config-only")
     prepare_cache(hf_home, REPO_ID, {"config.json": files["config.json"], "vocab.txt": files["vocab.txt"]})
     assert resolve(REPO_ID, env, HF_HUB_OFFLINE="1").startswith(
@@ -353,7 +353,7 @@ def test_an_unreachable_hub(env, hf_home):
     message = resolve(REPO_ID, env, HF_ENDPOINT=f"http://127.0.0.1:{port}")
     assert message.startswith(f"error: {REPO_ID}: could not reach the Hugging Face hub at http://127.0.0.1:{port} (")
     assert message.endswith(f"and it is not in the cache ({hf_home / 'hub'}); check the network or HF_ENDPOINT, "
-                            f"or pass the path of a folder that holds it")
+                            f"or give the path of a folder that holds it")
 
 
 def test_a_hub_that_answers_with_an_error(fake_hub, env, hf_home, tmp_path):
@@ -361,7 +361,7 @@ def test_a_hub_that_answers_with_an_error(fake_hub, env, hf_home, tmp_path):
     fake_hub.broken = 503
     assert resolve(REPO_ID, env) == (
         f"error: {REPO_ID}: the Hugging Face hub at {fake_hub.url} answered HTTP 503 (Service Unavailable) and it is "
-        f"not in the cache ({hf_home / 'hub'}); check the network or HF_ENDPOINT, or pass the path of a folder "
+        f"not in the cache ({hf_home / 'hub'}); check the network or HF_ENDPOINT, or give the path of a folder "
         f"that holds it")
     fake_hub.broken = None
     folder = resolve(REPO_ID, env)
@@ -389,7 +389,7 @@ def test_a_bad_cached_copy_names_the_cache_and_force_download_replaces_it(fake_h
     code, lines, _ = run_minibert(f"import minibert\nminibert.load_pretrained({REPO_ID!r})", env)
     assert code == 1 and len(lines) == 1
     assert lines[0].endswith(f"(the Hugging Face cache's copy of {REPO_ID} in {folder} is bad; to download it "
-                             f"again, pass force_download=True, or remove it with `hf cache rm model/{REPO_ID}`)")
+                             f"again, use force_download=True, or remove it with `hf cache rm model/{REPO_ID}`)")
     code, lines, _ = run_minibert(f"import minibert\n"
                                   f"print(minibert.load_pretrained({REPO_ID!r}, force_download=True).source_dir)", env)
     assert (code, lines) == (0, [str(snapshot(hf_home, REPO_ID, commit))])

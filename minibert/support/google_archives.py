@@ -23,7 +23,7 @@ wrote; an interrupted download starts again from zero next time. Two
 processes asking for the same name at once both download it: the first to
 finish puts its folder in place, the other one finds it there and deletes
 its own copy. To install an archive by hand (a machine without internet),
-unpack it into `<cache>/<name>/`, or pass the unpacked folder's path.
+unpack it into `<cache>/<name>/`, or give the unpacked folder's path.
 
 Verification. Before anything is unpacked, the archive is read to its end:
 every zip member's CRC-32 is checked, and for a .tar.gz the gzip trailer's
@@ -257,10 +257,10 @@ def fetch(url, dest, *, progress=True):
             length = response.headers.get("Content-Length", "")
             expected = int(length) if length.isdigit() else None
             with tqdm(total=expected, unit="B", unit_scale=True, unit_divisor=1024,
-                      desc=Path(url).name, disable=not progress) as progress_bar:
+                      desc=Path(url).name, disable=not progress) as meter:
                 while chunk := response.read(CHUNK_BYTES):
                     f.write(chunk)
-                    progress_bar.update(len(chunk))
+                    meter.update(len(chunk))
     except urllib.error.HTTPError as e:
         e.close()  # an HTTPError holds the open connection
         raise MiniBertError(f"could not download {url}: HTTP {e.code} {e.reason}") from None
@@ -287,7 +287,7 @@ def cached_config_dir(name, target):
 
 def refresh_advice(name, target):
     """How to replace the cached download of `name` in `target`, for error messages."""
-    return f"to download {name} again, pass force_download=True or delete {target}"
+    return f"to download {name} again, use force_download=True or delete {target}"
 
 
 # ---------------------------------------------------------------------------

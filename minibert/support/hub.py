@@ -207,7 +207,7 @@ def no_weights(shown, folder, offline):
     if offline:
         return MiniBertError(f"{shown}: the Hugging Face cache has its config but no model.safetensors or "
                              f"pytorch_model.bin ({folder}) and HF_HUB_OFFLINE is set; download it once with "
-                             f"the network on (unset HF_HUB_OFFLINE), or pass the path of a folder that holds it")
+                             f"the network on (unset HF_HUB_OFFLINE), or give the path of a folder that holds it")
     return MiniBertError(f"{shown}: the repository has neither model.safetensors nor pytorch_model.bin; "
                          f"minibert reads one unsharded checkpoint in either format")
 
@@ -232,14 +232,14 @@ def hub_error(shown, repo_id, revision, error, offline, typed):
                    f"branch, a tag or a commit hash")
     elif isinstance(error, errors.LocalEntryNotFoundError) and offline:
         message = (f"{shown} is not in the Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set; download it "
-                   f"once with the network on (unset HF_HUB_OFFLINE), or pass the path of a folder that holds it")
+                   f"once with the network on (unset HF_HUB_OFFLINE), or give the path of a folder that holds it")
     elif isinstance(error, errors.LocalEntryNotFoundError):
         # Not cached, and the hub did not answer (its error is the cause) or answered with an error.
         cause = error.__cause__ or error
         answer = (http_answer(cause) if isinstance(cause, errors.HfHubHTTPError)
                   else f"could not reach the Hugging Face hub at {endpoint} ({type(cause).__name__})")
         message = (f"{shown}: {answer} and it is not in the cache ({cache}); check the network or HF_ENDPOINT, "
-                   f"or pass the path of a folder that holds it")
+                   f"or give the path of a folder that holds it")
     elif isinstance(error, errors.HfHubHTTPError) and error.response is not None:
         message = f"{shown}: {http_answer(error)}"
     elif isinstance(error, errors.HFValidationError):
@@ -284,6 +284,6 @@ def explain_cache_error(error, folder):
     if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
         repo_id = folder.parent.parent.name[len("models--"):].replace("--", "/")
         return MiniBertError(f"{error} (the Hugging Face cache's copy of {repo_id} in {folder} is bad; to "
-                             f"download it again, pass force_download=True, or remove it with "
+                             f"download it again, use force_download=True, or remove it with "
                              f"`hf cache rm model/{repo_id}`)")
     return error
