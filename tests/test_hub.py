@@ -45,6 +45,7 @@ class FakeHub:
     def __init__(self):
         self.repos = {}          # repo id -> {revision name: (commit, {file name: bytes})}
         self.private = {}        # repo id -> the token it needs
+        self.gated = set()       # repo ids whose terms the user has not accepted
         self.requests = []       # (method, path without the query, Authorization header)
         self.broken = None       # an HTTP status to answer every request with (a hub that is down)
         self.url = None
@@ -95,6 +96,8 @@ def make_handler(state):
             repo_id = f"{owner}/{name}"
             if state.broken:
                 return self.send(state.broken, b"down for maintenance", (), with_body)
+            if repo_id in state.gated:
+                return self.send(403, b'{"error": "gated"}', [("X-Error-Code", "GatedRepo")], with_body)
             if repo_id in state.private and self.headers.get("Authorization") != f"Bearer {state.private[repo_id]}":
                 return self.send(401, b'{"error": "Invalid credentials"}', [("X-Error-Code", "RepoNotFound")],
                                  with_body)
@@ -319,8 +322,9 @@ def test_a_short_name_finds_the_model_transformers_downloaded(fake_hub, env, hf_
 def test_offline_and_not_in_the_cache_says_so_and_asks_nothing(fake_hub, env, hf_home, tmp_path):
     fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
     assert resolve(REPO_ID, env, HF_HUB_OFFLINE="1") == (
-        f"error: {REPO_ID} is not in the Hugging Face cache ({hf_home / 'hub'}) and HF_HUB_OFFLINE is set; "
-        f"download it once with the network on (unset HF_HUB_OFFLINE), or give the path of a folder that holds it")
+        f"error: model '{REPO_ID}' is neither an existing file or folder nor in the Hugging Face cache "
+        f"({hf_home / 'hub'}), and HF_HUB_OFFLINE is set; download it once with the network on (unset "
+        f"HF_HUB_OFFLINE), or give the path of a folder that holds it")
     files = model_files(tmp_path / "config-only")
     prepare_cache(hf_home, REPO_ID, {"config.json": files["config.json"], "vocab.txt": files["vocab.txt"]})
     assert resolve(REPO_ID, env, HF_HUB_OFFLINE="1").startswith(
@@ -344,6 +348,13 @@ def test_a_private_repository_needs_hf_token(fake_hub, env, hf_home, tmp_path):
     assert "set HF_TOKEN" in resolve(REPO_ID, env)
     assert resolve(REPO_ID, env, HF_TOKEN="hf_secret") == snapshot(hf_home, REPO_ID, commit)
     assert fake_hub.requests[-1][2] == "Bearer hf_secret"
+
+
+def test_a_gated_repository_says_how_to_get_in(fake_hub, env, tmp_path):
+    fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    fake_hub.gated.add(REPO_ID)
+    assert resolve(REPO_ID, env) == (f"error: {REPO_ID} is a gated model: accept its terms at "
+                                     f"{fake_hub.url}/{REPO_ID}, then set HF_TOKEN (or run `hf auth login`)")
 
 
 def test_an_unreachable_hub(env, hf_home):

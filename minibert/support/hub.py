@@ -111,16 +111,19 @@ def resolve_model_dir(name_or_path, *, force_download=False, revision=None, weig
     config and tokenizer only.
     """
     if name_or_path is None or name_or_path == BUNDLED_MODEL_NAME:
-        return bundled_model_dir() if revision is None else no_revision_here(BUNDLED_MODEL_NAME)
+        refuse_revision(revision, BUNDLED_MODEL_NAME)
+        return bundled_model_dir()
     text = os.fspath(name_or_path)
     if text == "":
         raise MiniBertError(f"model name or path is empty; expected a folder, a file in it, or "
                             f"{KNOWN_NAMES_SHORT}")
     path = Path(text).expanduser()
     if path.is_dir() or path.is_file():
-        return (path if path.is_dir() else path.parent) if revision is None else no_revision_here(text)
+        refuse_revision(revision, text)
+        return path if path.is_dir() else path.parent
     if text.startswith(ARCHIVE_PREFIX):
-        return download_archive(text, force_download=force_download) if revision is None else no_revision_here(text)
+        refuse_revision(revision, text)
+        return download_archive(text, force_download=force_download)
     match = HUB_ID.fullmatch(SHORT_NAMES.get(text, text))
     if match is None:
         raise MiniBertError(f"model {text!r} is neither an existing file or folder nor a known name or hub id; "
@@ -132,8 +135,10 @@ def resolve_model_dir(name_or_path, *, force_download=False, revision=None, weig
                              weights=weights, typed=text)
 
 
-def no_revision_here(text):
-    raise MiniBertError(f"revision= applies to Hugging Face hub ids only, not to {text!r}")
+def refuse_revision(revision, text):
+    """A folder, the bundled model or a Google archive has one version only."""
+    if revision is not None:
+        raise MiniBertError(f"revision= applies to Hugging Face hub ids only, not to {text!r}")
 
 
 # ---------------------------------------------------------------------------
@@ -231,8 +236,9 @@ def hub_error(shown, repo_id, revision, error, offline, typed):
         message = (f"{repo_id} has no revision {revision!r} on the Hugging Face hub ({endpoint}); expected a "
                    f"branch, a tag or a commit hash")
     elif isinstance(error, errors.LocalEntryNotFoundError) and offline:
-        message = (f"{shown} is not in the Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set; download it "
-                   f"once with the network on (unset HF_HUB_OFFLINE), or give the path of a folder that holds it")
+        message = (f"model {typed!r} is neither an existing file or folder nor in the Hugging Face cache ({cache}), "
+                   f"and HF_HUB_OFFLINE is set; download it once with the network on (unset HF_HUB_OFFLINE), or "
+                   f"give the path of a folder that holds it")
     elif isinstance(error, errors.LocalEntryNotFoundError):
         # Not cached, and the hub did not answer (its error is the cause) or answered with an error.
         cause = error.__cause__ or error
@@ -248,7 +254,8 @@ def hub_error(shown, repo_id, revision, error, offline, typed):
         message = f"{shown}: could not download into the Hugging Face cache ({cache}): {error.strerror}"
     else:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        message = f"{shown}: could not download from the Hugging Face hub ({endpoint}): {type(error).__name__}: {first_line}"
+        message = (f"{shown}: could not download from the Hugging Face hub ({endpoint}): "
+                   f"{type(error).__name__}: {first_line}")
     return MiniBertError(message)
 
 
