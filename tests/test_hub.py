@@ -106,7 +106,8 @@ def make_handler(state):
                 return self.send(404, b'{"error": "not found"}', [("X-Error-Code", found)], with_body)
             commit, files = found
             if api and kind == "revision":
-                body = {"id": repo_id, "sha": commit, "siblings": [{"rfilename": f} for f in files]}
+                body = {"id": repo_id, "sha": commit, "private": repo_id in state.private, "downloads": 0,
+                        "likes": 0, "tags": [], "siblings": [{"rfilename": f} for f in files]}
             elif api:
                 body = [{"type": "file", "path": f, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
                         for f, data in files.items()]

@@ -235,7 +235,7 @@ def hub_error(shown, repo_id, revision, error, offline, typed):
     elif isinstance(error, errors.RevisionNotFoundError):
         message = (f"{repo_id} has no revision {revision!r} on the Hugging Face hub ({endpoint}); expected a "
                    f"branch, a tag or a commit hash")
-    elif isinstance(error, errors.LocalEntryNotFoundError) and offline:
+    elif offline and isinstance(error, FileNotFoundError):  # LocalEntryNotFoundError is one too
         message = (f"model {typed!r} is neither an existing file or folder nor in the Hugging Face cache ({cache}), "
                    f"and HF_HUB_OFFLINE is set; download it once with the network on (unset HF_HUB_OFFLINE), or "
                    f"give the path of a folder that holds it")
@@ -248,6 +248,10 @@ def hub_error(shown, repo_id, revision, error, offline, typed):
                    f"or give the path of a folder that holds it")
     elif isinstance(error, errors.HfHubHTTPError) and error.response is not None:
         message = f"{shown}: {http_answer(error)}"
+    elif isinstance(error, (ConnectionError, TimeoutError)) or "Connect" in type(error).__name__:
+        # what the HTTP client raises when the download itself cannot reach the hub
+        message = (f"{shown}: could not reach the Hugging Face hub at {endpoint} ({type(error).__name__}); "
+                   f"check the network or HF_ENDPOINT, or give the path of a folder that holds it")
     elif isinstance(error, errors.HFValidationError):
         message = f"model {typed!r} is not a valid Hugging Face hub id (owner/name, letters, digits, '-', '_', '.')"
     elif isinstance(error, OSError) and error.strerror:
