@@ -89,8 +89,9 @@ def make_handler(state):
             path = unquote(urlsplit(self.path).path)
             state.requests.append((self.command, path, self.headers.get("Authorization")))
             api = path.startswith("/api/models/")
-            if api:  # /api/models/<owner>/<name>/(revision|tree)/<rev>
-                owner, name, kind, revision = path[len("/api/models/"):].split("/", 3)
+            if api:  # /api/models/<owner>/<name>[/revision/<rev> | /tree/<rev>[/<folder>]]
+                parts = path[len("/api/models/"):].split("/", 4)
+                owner, name, kind, revision, folder = [*parts, *["revision", "main", ""][len(parts) - 2:]]
             else:    # /<owner>/<name>/resolve/<rev>/<file>
                 owner, name, _, revision, file_name = path[1:].split("/", 4)
             repo_id = f"{owner}/{name}"
@@ -110,7 +111,10 @@ def make_handler(state):
                         "likes": 0, "tags": [], "siblings": [{"rfilename": f} for f in files]}
             elif api:
                 body = [{"type": "file", "path": f, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
-                        for f, data in files.items()]
+                        for f, data in files.items() if f.startswith(f"{folder}/" if folder else "")]
+                if folder and not body:  # transformers asks for folders a repository may not have
+                    return self.send(404, b'{"error": "no such folder"}', [("X-Error-Code", "EntryNotFound")],
+                                     with_body)
             elif file_name not in files:
                 return self.send(404, b"", [("X-Error-Code", "EntryNotFound"), ("X-Repo-Commit", commit)],
                                  with_body)
@@ -318,6 +322,23 @@ def test_a_short_name_finds_the_model_transformers_downloaded(fake_hub, env, hf_
                                   env, HF_HUB_OFFLINE="1")
     assert (code, lines) == (0, [str(folder)])
     assert fake_hub.requests == []
+
+
+def test_what_transformers_downloaded_loads_offline(transformers, fake_hub, env, hf_home, tmp_path):
+    # transformers fetches file by file (hf_hub_download), writing no file list beside the snapshot.
+    commit = fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    done = subprocess.run([sys.executable, "-c", f"import transformers as t\n"
+                           f"t.AutoModelForMaskedLM.from_pretrained({REPO_ID!r})\n"
+                           f"t.AutoTokenizer.from_pretrained({REPO_ID!r})"],
+                          env={**env, "TRANSFORMERS_VERBOSITY": "error"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    asked = len(fake_hub.requests)
+    code, lines, _ = run_minibert(f"import minibert\nprint(minibert.load_pretrained({REPO_ID!r}).source_dir)\n"
+                                  f"print(minibert.load_tokenizer({REPO_ID!r}).tokenize('the cat sat'))",
+                                  env, HF_HUB_OFFLINE="1")
+    assert (code, lines) == (0, [str(snapshot(hf_home, REPO_ID, commit)), "['the', 'cat', 'sat']"])
+    assert len(fake_hub.requests) == asked                      # the cache answered
+    assert same_weights(load_pretrained(lines[0]), load_pretrained(tmp_path / "original"))
 
 
 def test_offline_and_not_in_the_cache_says_so_and_asks_nothing(fake_hub, env, hf_home, tmp_path):
