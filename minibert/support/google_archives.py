@@ -12,14 +12,15 @@ An archive is asked for by its name with the prefix "tf:", e.g.
 folder, `$MINIBERT_CACHE` if set, else `~/.cache/minibert`:
 
     <cache>/.<random>.uncased_L-12_H-768_A-12.zip     while downloading
-    <cache>/.bert-base-uncased.<random>.unpacking/    while unpacking
+    <cache>/.bert-base-uncased.<random>.../           while unpacking
     <cache>/bert-base-uncased/uncased_L-12_H-768_A-12/
         bert_config.json  vocab.txt  bert_model.ckpt.index  ...
 
 and found there on every later call without touching the network. The
 final folder appears only by renaming a completely unpacked one, so its
 existing means the model is complete. A failed attempt deletes what it
-wrote; an interrupted download starts again from zero next time. Two
+wrote (only a process killed outright can leave a hidden ".<...>" file or
+folder, safe to delete); an interrupted download starts again from zero. Two
 processes asking for the same name at once both download it: the first to
 finish puts its folder in place, the other one finds it there and deletes
 its own copy. To install an archive by hand (a machine without internet),
@@ -50,6 +51,7 @@ import contextlib
 import gzip
 import http.client
 import os
+import secrets
 import shutil
 import stat
 import tarfile
@@ -200,7 +202,7 @@ def download_archive(name, *, cache_dir=None, url_prefix=None, progress=True, fo
     fd, download = tempfile.mkstemp(prefix=".", suffix=f".{archive.archive_name}", dir=cache)
     os.close(fd)
     download = Path(download)
-    unpacked = cache / f".{short}.{os.getpid()}.unpacked"
+    unpacked = cache / f".{short}.{secrets.token_hex(4)}"  # a name no other attempt uses
     try:
         fetch(url, download, progress=progress)
         try:
