@@ -48,7 +48,8 @@ from minibert.support.cli import (ArgumentParser, HelpFormatter, make_parent_fol
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
-                    help="model folder, file inside one, or known name (default: the bundled model)")
+                    help="model folder, file inside one, hub id (owner/name[@revision]) or known name "
+                         "(default: the bundled model)")
 parser.add_argument("--output", type=output_folder, required=True, metavar="DIR",
                     help="folder to write the deeper model to (not the --model folder, nor inside it)")
 how = parser.add_mutually_exclusive_group(required=True)

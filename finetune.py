@@ -58,8 +58,8 @@ from minibert.tasks.registry import TASK_NAMES
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
 what.add_argument("--task", choices=TASK_NAMES, help="fine-tune on this task (needs --train and --output)")
-what.add_argument("--model", help="fine-tune: the pretrained model (default: the bundled model); "
-                                  "predict/evaluate: a fine-tuned folder")
+what.add_argument("--model", help="fine-tune: the pretrained model, a folder, hub id or known name (default: the "
+                                  "bundled model); predict/evaluate: a fine-tuned folder")
 what.add_argument("--ensemble", nargs="+", metavar="DIR",
                   help="fine-tuned folders whose probabilities are averaged (at prediction time only: an ensemble "
                        "is not saved as one folder)")

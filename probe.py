@@ -29,7 +29,8 @@ from minibert.support.cli import (ArgumentParser, HelpFormatter, device, make_pa
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
-                    help="model folder, file inside one, or known name (default: the bundled model)")
+                    help="model folder, file inside one, hub id (owner/name[@revision]) or known name "
+                         "(default: the bundled model)")
 parser.add_argument("--text", default=None, metavar="FILE",
                     help="sentences to probe, one per line (default: ~125 varied English sentences shipped "
                          "with minibert, minibert/data/probe_sentences.txt)")

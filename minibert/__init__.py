@@ -9,9 +9,10 @@
 The public API, importable from `minibert` itself:
 
     load_pretrained(name_or_path=None)   a BertModel (BERT, ALBERT) from Google's TF checkpoints,
-                                         Hugging Face folders (safetensors or .bin), or a known
-                                         name; a DebertaModel (minibert/deberta.py) from a
-                                         DeBERTa folder or a microsoft/deberta-* name
+                                         Hugging Face folders (safetensors or .bin), a hub id
+                                         ("google-bert/bert-base-uncased", through huggingface_hub
+                                         and its cache) or a known name; a DebertaModel
+                                         (minibert/deberta.py) from a DeBERTa folder or hub id
     save_pretrained(model, directory)    Hugging Face layout that `transformers` loads
     load_tokenizer(name_or_path=None)    WordPiece or SentencePiece, as the folder says
     BertConfig, BertModel                the model itself (minibert/model.py)

@@ -773,7 +773,7 @@ def deberta_v1_tokenizer(vocab_file, merges_file):
 # Loading a tokenizer
 # =============================================================================
 
-def load_tokenizer(name_or_path=None, *, force_download=False):
+def load_tokenizer(name_or_path=None, *, force_download=False, revision=None):
     """The tokenizer of a model folder, a tokenizer file, or a model name.
 
     name_or_path: a folder holding vocab.txt, spiece.model, 30k-clean.model,
@@ -781,9 +781,10 @@ def load_tokenizer(name_or_path=None, *, force_download=False):
     folder: spm.model with a config.json whose model_type is "deberta-v2" or a
     tokenizer_config.json naming DebertaV2Tokenizer (v2/v3), vocab.json +
     merges.txt (v1); a path to one such file; or a name (or None for the
-    bundled default model) that minibert.support.hub resolves to a folder.
-    force_download=True deletes the cached download of a known name and
-    downloads it again.
+    bundled default model) that minibert.support.hub resolves to a folder:
+    for a Hugging Face hub id, its config and tokenizer files only, never its
+    weights. force_download=True downloads a hub id or Google archive again;
+    revision picks a hub id's branch, tag or commit.
 
     DeBERTa-v2/v3 reads do_lower_case and split_by_punct from
     tokenizer_config.json (both false when absent, as in the released models);
@@ -804,7 +805,7 @@ def load_tokenizer(name_or_path=None, *, force_download=False):
     else:  # a model name: the hub module knows where (or whether) it is cached
         from minibert.support.hub import resolve_model_dir
         name = None if name_or_path is None else str(name_or_path)
-        path = pathlib.Path(resolve_model_dir(name, force_download=force_download))
+        path = pathlib.Path(resolve_model_dir(name, force_download=force_download, revision=revision, weights=False))
     try:
         found = find_tokenizer_files(path)  # which files, which casing: support/tokenizer_files.py
         if found.kind == "wordpiece":

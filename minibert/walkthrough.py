@@ -453,7 +453,8 @@ def missing_code(pointers, root=REPOSITORY):
 parser = ArgumentParser(prog="python -m minibert.walkthrough", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("sentence", help="the sentence to follow (quote it)")
 parser.add_argument("--model", default=None,
-                    help="model folder, file inside one, or known name (default: the bundled model)")
+                    help="model folder, file inside one, hub id (owner/name[@revision]) or known name "
+                         "(default: the bundled model)")
 parser.add_argument("--layer", type=int, default=0, metavar="N",
                     help="which executed layer to open, 0 = the first (default: 0)")
 parser.add_argument("--head", type=int, default=0, metavar="N", help="which attention head to show (default: 0)")

@@ -1,5 +1,5 @@
-"""load_pretrained / save_pretrained for DeBERTa, and the hub download of
-its names, on tiny random models.
+"""load_pretrained / save_pretrained for DeBERTa, and its hub ids, on tiny
+random models.
 
 1. ours -> save_pretrained -> load_pretrained is lossless (tensors, config,
    every output), v1 and v3; a v1 model is written as a v1 file (in_proj).
@@ -11,13 +11,15 @@ its names, on tiny random models.
 4. The parts released files have (absolute table, v3's RTD head, no
    `deberta.` prefix) load, and what is skipped is reported.
 5. Missing, unexpected and mis-shaped tensors are one-line MiniBertErrors.
-6. microsoft/deberta-* names download from a local HTTP server (the one of
-   test_download.py): cached, resumed, checked.
+6. Hub ids (microsoft/deberta-v3-xsmall, microsoft/deberta-base) load
+   through huggingface_hub from the local stand-in hub of test_hub.py.
 
 transformers is the test-only oracle; the tests that need it skip without it.
 """
 
+import io
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,9 +29,8 @@ from minibert.checkpoints.deberta_names import fuse_v1_in_proj, split_v1_in_proj
 from minibert.checkpoints.safetensors import load_safetensors
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.support.errors import MiniBertError
-from minibert.support.hub import HUB_MODELS, hub_model_names, mirror_url, resolve_model_dir
 from test_deberta import TINY, V1, V3, batch, randomize
-from test_download import cache, leftovers, server  # noqa: F401 (the shared fixtures)
+from test_hub import env, fake_hub, hf_home, run_minibert, snapshot  # noqa: F401 (the shared fixtures)
 
 TOLERANCE = 1e-5
 
@@ -376,133 +377,35 @@ def test_config_that_disagrees_is_refused_before_allocating(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# 6. Downloading microsoft/deberta-* from the hub (a local server here)
+# 6. DeBERTa hub ids through huggingface_hub (a local stand-in for the hub)
 # ---------------------------------------------------------------------------
 
 V3_NAME = "microsoft/deberta-v3-xsmall"
 V1_NAME = "microsoft/deberta-base"
-
-
-def hub_path(name, file_name):
-    return f"/{name}/resolve/main/{file_name}"
-
-
-def serve_model(server, name, model, tokenizer_files):
-    """The files of a hub repository, as the server answers them."""
-    import io
-    buffer = io.BytesIO()
-    torch.save(huggingface_state_dict(model), buffer)
-    files = {"config.json": json.dumps(config_values(model)).encode(), "pytorch_model.bin": buffer.getvalue(),
-             **tokenizer_files}
-    for file_name, data in files.items():
-        server.files[hub_path(name, file_name)] = data
-    return files
-
-
 V3_TOKENIZER = {"spm.model": b"\x0a\x0bnot really a sentencepiece model" * 10,
                 "tokenizer_config.json": b'{"do_lower_case": false, "vocab_type": "spm"}'}
+V1_TOKENIZER = {"vocab.json": b'{"[PAD]": 0}', "merges.txt": b"#version: 0.2\n"}
 
 
-def test_registry_and_urls():
-    assert hub_model_names() == [V1_NAME, "microsoft/deberta-v3-xsmall", "microsoft/deberta-v3-small",
-                                 "microsoft/deberta-v3-base"]
-    assert HUB_MODELS[V1_NAME].files == ("config.json", "pytorch_model.bin", "vocab.json", "merges.txt")
-    assert HUB_MODELS["microsoft/deberta-v3-base"].files == ("config.json", "pytorch_model.bin", "spm.model")
-    url = HUB_MODELS["microsoft/deberta-v3-base"].url("spm.model")
-    assert url == "https://huggingface.co/microsoft/deberta-v3-base/resolve/main/spm.model"
-    assert mirror_url(url, "http://mirror/x/") == "http://mirror/x/microsoft/deberta-v3-base/resolve/main/spm.model"
+def hub_files(model, tokenizer_files):
+    """A DeBERTa repository's files as the hub holds them: config.json, pytorch_model.bin, the tokenizer's."""
+    buffer = io.BytesIO()
+    torch.save(huggingface_state_dict(model), buffer)
+    return {"config.json": json.dumps(config_values(model)).encode(), "pytorch_model.bin": buffer.getvalue(),
+            **tokenizer_files, "tf_model.h5": b"not read", "rust_model.ot": b"not read"}
 
 
-def test_download_then_cache_hit_then_save_copies_the_tokenizer(server, cache, tmp_path):
-    original = tiny("v3")
-    files = serve_model(server, V3_NAME, original, V3_TOKENIZER)
-    model = load_pretrained(V3_NAME)
-    target = cache / "microsoft--deberta-v3-xsmall"
-    assert model.source_dir == target
-    assert sorted(p.name for p in target.iterdir()) == sorted(files)
-    assert all((target / name).read_bytes() == data for name, data in files.items())
-    assert sorted(path for path, _, _ in server.requests) == sorted(hub_path(V3_NAME, n) for n in files)
-    assert not list((cache / "downloads").iterdir())          # the download folder became the model folder
-    assert_same_outputs(original, model, batch(11))
+def test_deberta_hub_ids_load_through_huggingface_hub(fake_hub, env, hf_home, tmp_path):
+    v3, v1 = tiny("v3"), tiny("v1")
+    v3_commit = fake_hub.add(V3_NAME, hub_files(v3, V3_TOKENIZER))
+    v1_commit = fake_hub.add(V1_NAME, hub_files(v1, V1_TOKENIZER))
+    code, lines, _ = run_minibert(f"print(resolve_model_dir({V3_NAME!r}))\nprint(resolve_model_dir({V1_NAME!r}))", env)
+    assert (code, lines) == (0, [str(snapshot(hf_home, V3_NAME, v3_commit)), str(snapshot(hf_home, V1_NAME, v1_commit))])
+    assert fake_hub.fetched(V3_NAME) == sorted(["config.json", "pytorch_model.bin", *V3_TOKENIZER])
+    assert fake_hub.fetched(V1_NAME) == sorted(["config.json", "pytorch_model.bin", *V1_TOKENIZER])
+    for original, folder in [(v3, Path(lines[0])), (v1, Path(lines[1]))]:
+        assert_same_outputs(original, load_pretrained(folder), batch(11))
 
-    assert resolve_model_dir(V3_NAME) == target                # cached: no more requests
-    assert len(server.requests) == len(files)
-
-    save_pretrained(model, tmp_path / "copy")
+    save_pretrained(load_pretrained(lines[0]), tmp_path / "copy")
     for name in V3_TOKENIZER:                                  # copied as they are
         assert (tmp_path / "copy" / name).read_bytes() == V3_TOKENIZER[name]
-
-
-def test_v1_download_without_the_optional_tokenizer_config(server, cache):
-    original = tiny("v1")
-    serve_model(server, V1_NAME, original, {"vocab.json": b'{"[PAD]": 0}', "merges.txt": b"#version: 0.2\n"})
-    folder = resolve_model_dir(V1_NAME)
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "merges.txt", "pytorch_model.bin",
-                                                        "vocab.json"]
-    assert (hub_path(V1_NAME, "tokenizer_config.json"), None, 404) in server.requests
-    assert_same_outputs(original, load_pretrained(V1_NAME), batch(11))
-
-
-def test_a_missing_required_file_is_a_one_line_error(server, cache):
-    serve_model(server, V1_NAME, tiny("v1"), {"vocab.json": b'{"[PAD]": 0}'})      # no merges.txt
-    with pytest.raises(MiniBertError) as info:
-        resolve_model_dir(V1_NAME)
-    message = str(info.value)
-    assert "\n" not in message
-    assert server.url + hub_path(V1_NAME, "merges.txt") in message and "404" in message
-    assert str(cache) in message and "by hand" in message and "https://huggingface.co/microsoft/deberta-base" in message
-    assert not (cache / "microsoft--deberta-base").exists()
-    # the files that did arrive wait for the next attempt
-    assert sorted(p.name for p in (cache / "downloads" / "microsoft--deberta-base").iterdir()) == [
-        "config.json", "pytorch_model.bin", "vocab.json"]
-
-
-def test_an_interrupted_download_resumes(server, cache):
-    original = tiny("v3")
-    files = serve_model(server, V3_NAME, original, V3_TOKENIZER)
-    server.mode = "hang-up"             # every answer stops after 3000 bytes: config.json is shorter
-    with pytest.raises(MiniBertError, match="resume"):
-        resolve_model_dir(V3_NAME)
-    part = cache / "downloads" / "microsoft--deberta-v3-xsmall" / "pytorch_model.bin.part"
-    assert part.stat().st_size == 3000
-    server.mode = "range"
-    model = load_pretrained(V3_NAME)
-    bin_requests = [(r, status) for path, r, status in server.requests if path.endswith("pytorch_model.bin")]
-    assert bin_requests == [(None, 200), ("bytes=3000-", 206)]
-    config_requests = [p for p, _, _ in server.requests if p == hub_path(V3_NAME, "config.json")]
-    assert len(config_requests) == 1                           # finished files are not asked for again
-    assert (model.source_dir / "pytorch_model.bin").read_bytes() == files["pytorch_model.bin"]
-    assert_same_outputs(original, model, batch(11))
-
-
-def test_a_damaged_checkpoint_is_deleted_and_downloaded_again(server, cache):
-    original = tiny("v3")
-    files = serve_model(server, V3_NAME, original, V3_TOKENIZER)
-    good = files["pytorch_model.bin"]
-    bad = bytearray(good)
-    word_embeddings = original.embeddings.word_embeddings.weight.detach().numpy().tobytes()
-    bad[good.index(word_embeddings[:64]) + 10] ^= 0x01         # inside a stored tensor: its CRC-32 fails
-    server.files[hub_path(V3_NAME, "pytorch_model.bin")] = bytes(bad)
-    with pytest.raises(MiniBertError) as info:
-        resolve_model_dir(V3_NAME)
-    assert "damaged" in str(info.value) and "deleted" in str(info.value) and "\n" not in str(info.value)
-    assert not (cache / "downloads" / "microsoft--deberta-v3-xsmall" / "pytorch_model.bin").exists()
-    assert not (cache / "microsoft--deberta-v3-xsmall").exists()
-
-    server.files[hub_path(V3_NAME, "pytorch_model.bin")] = good
-    model = load_pretrained(V3_NAME)
-    assert_same_outputs(original, model, batch(11))
-    assert [p for p, _, _ in server.requests].count(hub_path(V3_NAME, "config.json")) == 1
-
-
-def test_force_download_and_cache_errors_name_the_cached_folder(server, cache):
-    original = tiny("v3")
-    serve_model(server, V3_NAME, original, V3_TOKENIZER)
-    target = resolve_model_dir(V3_NAME)
-    (target / "config.json").write_text(json.dumps({**config_values(original), "hidden_size": 48}))
-    message = one_line_error(V3_NAME, "shape mismatches")
-    assert message.endswith(f"(the cached download of {V3_NAME} in {target} is bad; to download {V3_NAME} "
-                            f"again, pass force_download=True or delete {target})")
-    model = load_pretrained(V3_NAME, force_download=True)
-    assert_same_outputs(original, model, batch(11))
-    assert leftovers(cache)[:2] == ["downloads", "microsoft--deberta-v3-xsmall"]

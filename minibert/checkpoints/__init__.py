@@ -1,8 +1,9 @@
 """Loading and saving models: `load_pretrained` and `save_pretrained`.
 
     load_pretrained(name_or_path)
-        1. find the folder (a path, a known name that is downloaded and cached,
-           or None for the model bundled with minibert)       -> hub.py
+        1. find the folder (a path, a Hugging Face hub id or a Google archive
+           that is downloaded and cached, or None for the model bundled
+           with minibert)                                     -> hub.py
         2. detect the format from the files present:
              bert_config.json / albert_config.json + *.index + *.data-*
                  Google's TensorFlow checkpoint (also a TF-Hub SavedModel's
@@ -51,15 +52,17 @@ DEBERTA_TOKENIZER_FILES = ("spm.model", "vocab.json", "merges.txt", "tokenizer_c
                            "special_tokens_map.json")
 
 
-def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, force_download=False):
+def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, force_download=False, revision=None):
     """Return a BertModel, or a DebertaModel for a DeBERTa folder, (in eval
-    mode) from a folder, a file inside one, a known model name, or None for
-    the bundled default model. The model's
+    mode) from a folder, a file inside one, a Hugging Face hub id ("owner/name",
+    "owner/name@revision"), a known name, or None for the bundled default
+    model (minibert.support.hub says which name means what). The model's
     `load_report` says what was loaded and skipped; `source_dir` is the folder.
-    `force_download=True` deletes the cached download of a known name and
-    downloads it again (e.g. after an error saying the cached copy is bad)."""
+    `force_download=True` downloads a hub id or Google archive again (e.g.
+    after an error saying the cached copy is bad); `revision` picks a hub
+    id's branch, tag or commit."""
     from minibert.support.hub import explain_cache_error, resolve_model_dir
-    folder = Path(resolve_model_dir(name_or_path, force_download=force_download))
+    folder = Path(resolve_model_dir(name_or_path, force_download=force_download, revision=revision))
 
     try:
         google_config = next((folder / n for n in GOOGLE_CONFIG_FILES if (folder / n).is_file()), None)

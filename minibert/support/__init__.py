@@ -12,7 +12,8 @@ Shared by every lesson and script:
     reports.py                 metrics as a small table on screen, results ready for JSON
     devices.py                 `--device` -> torch.device; moving batches to it
     seeds.py                   seeds mixed from (seed, step, ...), so runs resume bit for bit
-    hub.py                     a name -> a folder: the bundled model, a path, or a download into the cache
+    hub.py                     a name -> a folder: the bundled model, a path, a hub id (huggingface_hub)
+    google_archives.py         Google's TF release archives: download, check (CRCs, paths, sizes), unpack
     protobuf.py                the protobuf wire format (TF index entries, SentencePiece models)
 
 For one lesson each:

@@ -25,6 +25,7 @@ limit is a one-line error naming the file.
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -131,3 +132,12 @@ def write_json(path, values):
     with atomic_write(path, mode="w") as f:
         json.dump(values, f, indent=2)
         f.write("\n")
+
+
+def file_sha256(path, chunk_bytes=1 << 20):
+    """The SHA-256 of a file's bytes, as hex, read a chunk at a time (files may be large)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            h.update(chunk)
+    return h.hexdigest()

@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from minibert.support.distillation_settings import DEFAULT_POS_FILE
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write
-from minibert.support.hub import default_cache_dir, file_sha256
+from minibert.support.fileio import atomic_write, file_sha256
+from minibert.support.google_archives import default_cache_dir
 from minibert.tasks.readers import ClassificationExample
 
 CACHE_FORMAT = 1                           # bump when the cache file's content changes meaning

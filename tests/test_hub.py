@@ -1,0 +1,457 @@
+"""Names -> folders (minibert/support/hub.py): hub ids through huggingface_hub
+and its cache, against a local stand-in for the Hugging Face hub (no internet).
+
+The stand-in (FakeHub) runs in a thread on 127.0.0.1 and answers the
+requests snapshot_download makes: the revision's commit
+(/api/models/<repo>/revision/<rev>), the commit's file list
+(/api/models/<repo>/tree/<commit>) and each file (HEAD and GET
+/<repo>/resolve/<commit>/<file>). huggingface_hub reads HF_HOME, HF_ENDPOINT,
+HF_TOKEN and HF_HUB_OFFLINE once, when it is imported, so every download
+runs in a fresh Python process with those variables set, as a user's would.
+"""
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+import torch
+
+from minibert.checkpoints import load_pretrained
+from minibert.checkpoints.safetensors import load_safetensors
+from minibert.support import hub
+from minibert.support.errors import MiniBertError
+from minibert.support.hub import SHORT_NAMES, resolve_model_dir
+from tiny_models import save_tiny_model
+
+REPO = Path(__file__).resolve().parent.parent
+REPO_ID = "someone/tiny-bert"
+
+
+# ---------------------------------------------------------------------------
+# The stand-in hub
+# ---------------------------------------------------------------------------
+
+class FakeHub:
+    """What the server holds and what it was asked."""
+
+    def __init__(self):
+        self.repos = {}          # repo id -> {revision name: (commit, {file name: bytes})}
+        self.private = {}        # repo id -> the token it needs
+        self.gated = set()       # repo ids whose terms the user has not accepted
+        self.requests = []       # (method, path without the query, Authorization header)
+        self.broken = None       # an HTTP status to answer every request with (a hub that is down)
+        self.url = None
+
+    def add(self, repo_id, files, revision="main"):
+        """Serve `files` as `repo_id` at `revision`; return the commit's hash."""
+        commit = hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest()
+        self.repos.setdefault(repo_id, {})[revision] = (commit, dict(files))
+        return commit
+
+    def lookup(self, repo_id, revision):
+        """(commit, files), or an error code for the X-Error-Code header."""
+        if repo_id not in self.repos:
+            return "RepoNotFound"
+        for name, (commit, files) in self.repos[repo_id].items():
+            if revision in (name, commit):
+                return commit, files
+        return "RevisionNotFound"
+
+    def fetched(self, repo_id):
+        """The files of `repo_id` whose bytes were sent (GET), in any order."""
+        prefix = f"/{repo_id}/resolve/"
+        return sorted(path.rsplit("/", 1)[-1] for method, path, _ in self.requests
+                      if method == "GET" and path.startswith(prefix))
+
+
+def make_handler(state):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"   # keep-alive, as huggingface_hub's client expects
+
+        def send(self, status, body=b"", headers=(), with_body=True):
+            self.send_response(status)
+            for key, value in headers:
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if with_body:
+                self.wfile.write(body)
+
+        def answer(self, with_body):
+            path = unquote(urlsplit(self.path).path)
+            state.requests.append((self.command, path, self.headers.get("Authorization")))
+            api = path.startswith("/api/models/")
+            if api:  # /api/models/<owner>/<name>[/revision/<rev> | /tree/<rev>[/<folder>]]
+                parts = path[len("/api/models/"):].split("/", 4)
+                owner, name, kind, revision, folder = [*parts, *["revision", "main", ""][len(parts) - 2:]]
+            else:    # /<owner>/<name>/resolve/<rev>/<file>
+                owner, name, _, revision, file_name = path[1:].split("/", 4)
+            repo_id = f"{owner}/{name}"
+            if state.broken:
+                return self.send(state.broken, b"down for maintenance", (), with_body)
+            if repo_id in state.gated:
+                return self.send(403, b'{"error": "gated"}', [("X-Error-Code", "GatedRepo")], with_body)
+            if repo_id in state.private and self.headers.get("Authorization") != f"Bearer {state.private[repo_id]}":
+                return self.send(401, b'{"error": "Invalid credentials"}', [("X-Error-Code", "RepoNotFound")],
+                                 with_body)
+            found = state.lookup(repo_id, revision)
+            if isinstance(found, str):
+                return self.send(404, b'{"error": "not found"}', [("X-Error-Code", found)], with_body)
+            commit, files = found
+            if api and kind == "revision":
+                body = {"id": repo_id, "sha": commit, "private": repo_id in state.private, "downloads": 0,
+                        "likes": 0, "tags": [], "siblings": [{"rfilename": f} for f in files]}
+            elif api:
+                body = [{"type": "file", "path": f, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                        for f, data in files.items() if f.startswith(f"{folder}/" if folder else "")]
+                if folder and not body:  # transformers asks for folders a repository may not have
+                    return self.send(404, b'{"error": "no such folder"}', [("X-Error-Code", "EntryNotFound")],
+                                     with_body)
+            elif file_name not in files:
+                return self.send(404, b"", [("X-Error-Code", "EntryNotFound"), ("X-Repo-Commit", commit)],
+                                 with_body)
+            else:
+                data = files[file_name]
+                return self.send(200, data, [("X-Repo-Commit", commit),
+                                             ("ETag", f'"{hashlib.sha1(data).hexdigest()}"')], with_body)
+            self.send(200, json.dumps(body).encode(), [("Content-Type", "application/json")], with_body)
+
+        def do_GET(self):
+            self.answer(with_body=True)
+
+        def do_HEAD(self):
+            self.answer(with_body=False)
+
+        def log_message(self, *args):
+            """Quiet: the tests read `requests` instead of a log on stderr."""
+
+    return Handler
+
+
+@pytest.fixture
+def fake_hub():
+    state = FakeHub()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield state
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def hf_home(tmp_path):
+    return tmp_path / "hf-home"
+
+
+@pytest.fixture
+def env(fake_hub, hf_home, tmp_path):
+    """The variables of a user pointed at the stand-in hub, with an empty cache."""
+    values = {key: value for key, value in os.environ.items()
+              if not key.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_")) and key != "MINIBERT_CACHE"}
+    values.update(HF_HOME=str(hf_home), HF_ENDPOINT=fake_hub.url, HF_HUB_DISABLE_TELEMETRY="1",
+                  MINIBERT_CACHE=str(tmp_path / "minibert-cache"), PYTHONPATH=str(REPO))
+    return values
+
+
+def run_minibert(code, env, **changes):
+    """Run `code` in a fresh Python with `env` (+ `changes`): (exit code,
+    stdout lines, stderr). A MiniBertError is printed as "error: ..." and
+    exits 1, as the scripts do."""
+    program = ("import sys\nfrom minibert.support.errors import MiniBertError\n"
+               "from minibert.support.hub import resolve_model_dir\n"
+               "try:\n" + "".join(f"    {line}\n" for line in code.strip().splitlines()) +
+               "except MiniBertError as e:\n    print(f'error: {e}')\n    sys.exit(1)\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**env, **changes}, capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, done.stdout.splitlines(), done.stderr
+
+
+def resolve(name, env, **changes):
+    """resolve_model_dir(name) in a fresh process: the folder, or the error line."""
+    code, lines, _ = run_minibert(f"print(resolve_model_dir({name!r}))", env, **changes)
+    assert len(lines) == 1, lines
+    return Path(lines[0]) if code == 0 else lines[0]
+
+
+def model_files(folder):
+    """A tiny BERT as save_pretrained writes it: {file name: bytes}."""
+    save_tiny_model(folder)
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+def snapshot(hf_home, repo_id, commit):
+    return hf_home / "hub" / f"models--{repo_id.replace('/', '--')}" / "snapshots" / commit
+
+
+def same_weights(a, b):
+    a, b = a.state_dict(), b.state_dict()
+    return a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+# ---------------------------------------------------------------------------
+# Downloading a hub id, and finding it again
+# ---------------------------------------------------------------------------
+
+def test_a_hub_id_fetches_only_config_tokenizer_and_one_weights_file(fake_hub, env, hf_home, tmp_path):
+    files = model_files(tmp_path / "original")
+    assert {"config.json", "model.safetensors", "vocab.txt"} <= set(files)
+    extra = {"pytorch_model.bin": b"a second copy of the weights", "tf_model.h5": b"TensorFlow's copy",
+             "README.md": b"# tiny-bert\n"}
+    commit = fake_hub.add(REPO_ID, {**files, **extra})
+
+    code, lines, _ = run_minibert(
+        f"import minibert\nmodel = minibert.load_pretrained({REPO_ID!r})\nprint(model.source_dir)\n"
+        f"print(minibert.load_tokenizer({REPO_ID!r}).tokenize('the cat sat'))", env)
+    assert code == 0
+    folder = snapshot(hf_home, REPO_ID, commit)
+    assert lines == [str(folder), "['the', 'cat', 'sat']"]
+    assert fake_hub.fetched(REPO_ID) == sorted(files)           # neither the .bin nor tf_model.h5 nor README
+    assert sorted(p.name for p in folder.iterdir()) == sorted(files)
+    assert same_weights(load_pretrained(folder), load_pretrained(tmp_path / "original"))
+    assert not (tmp_path / "minibert-cache").exists()           # minibert's own cache is not involved
+
+
+def test_the_second_time_the_cache_answers_and_offline_nothing_is_asked(fake_hub, env, hf_home, tmp_path):
+    commit = fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    folder = resolve(REPO_ID, env)
+    assert folder == snapshot(hf_home, REPO_ID, commit)
+    asked = len(fake_hub.requests)
+
+    assert resolve(REPO_ID, env) == folder                      # online: one question, which commit is main
+    assert [(m, p) for m, p, _ in fake_hub.requests[asked:]] == [("GET", f"/api/models/{REPO_ID}/revision/main")]
+    asked = len(fake_hub.requests)
+    assert resolve(REPO_ID, env, HF_HUB_OFFLINE="1") == folder  # offline: none
+    assert len(fake_hub.requests) == asked
+
+
+def test_a_repository_with_only_pytorch_model_bin_gets_that(fake_hub, env, hf_home, tmp_path):
+    files = model_files(tmp_path / "original")
+    torch.save(load_safetensors(tmp_path / "original" / "model.safetensors"), tmp_path / "pytorch_model.bin")
+    files = {name: data for name, data in files.items() if name != "model.safetensors"}
+    files["pytorch_model.bin"] = (tmp_path / "pytorch_model.bin").read_bytes()
+    commit = fake_hub.add(REPO_ID, files)
+    folder = resolve(REPO_ID, env)
+    assert folder == snapshot(hf_home, REPO_ID, commit)
+    assert fake_hub.fetched(REPO_ID) == sorted(files)
+    assert same_weights(load_pretrained(folder), load_pretrained(tmp_path / "original"))
+
+
+def test_a_tokenizer_alone_downloads_no_weights(fake_hub, env, tmp_path):
+    fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    code, lines, _ = run_minibert(f"from minibert.tokenization import load_tokenizer\n"
+                                  f"print(load_tokenizer({REPO_ID!r}).tokenize('the dog ran'))", env)
+    assert (code, lines) == (0, ["['the', 'dog', 'ran']"])
+    assert fake_hub.fetched(REPO_ID) == ["config.json", "vocab.txt"]
+
+
+def test_a_repository_without_weights_or_config_is_one_line(fake_hub, env, tmp_path):
+    files = model_files(tmp_path / "original")
+    fake_hub.add(REPO_ID, {name: data for name, data in files.items() if name != "model.safetensors"})
+    assert resolve(REPO_ID, env) == (f"error: {REPO_ID}: the repository has neither model.safetensors nor "
+                                     f"pytorch_model.bin; minibert reads one unsharded checkpoint in either format")
+    fake_hub.add("someone/no-config", {"vocab.txt": files["vocab.txt"]})
+    assert resolve("someone/no-config", env).startswith("error: someone/no-config: the repository has no config.json;")
+
+
+# ---------------------------------------------------------------------------
+# Revisions
+# ---------------------------------------------------------------------------
+
+def test_revisions_by_name_at_revision_and_commit(fake_hub, env, hf_home, tmp_path):
+    files = model_files(tmp_path / "original")
+    main = fake_hub.add(REPO_ID, files)
+    config = json.loads(files["config.json"])
+    tagged = {**files, "config.json": json.dumps({**config, "layer_norm_eps": 1e-5}).encode()}
+    v1 = fake_hub.add(REPO_ID, tagged, revision="v1")
+
+    assert resolve(f"{REPO_ID}@v1", env) == snapshot(hf_home, REPO_ID, v1)
+    assert json.loads((snapshot(hf_home, REPO_ID, v1) / "config.json").read_text())["layer_norm_eps"] == 1e-5
+    assert resolve(f"{REPO_ID}@{main}", env) == snapshot(hf_home, REPO_ID, main)
+    code, lines, _ = run_minibert(f"print(resolve_model_dir({REPO_ID!r}, revision='v1'))", env, HF_HUB_OFFLINE="1")
+    assert (code, lines) == (0, [str(snapshot(hf_home, REPO_ID, v1))])   # the cache remembers what v1 is
+
+    assert resolve(f"{REPO_ID}@v9", env) == (f"error: {REPO_ID} has no revision 'v9' on the Hugging Face hub "
+                                             f"({fake_hub.url}); expected a branch, a tag or a commit hash")
+    code, lines, _ = run_minibert(f"resolve_model_dir({REPO_ID + '@v1'!r}, revision='main')", env)
+    assert (code, lines) == (1, [f"error: model '{REPO_ID}@v1' names revision 'v1' but revision='main' was "
+                                 f"given; give one of them"])
+
+
+def test_a_revision_for_a_path_is_refused(tmp_path):
+    with pytest.raises(MiniBertError, match="revision= applies to Hugging Face hub ids only"):
+        resolve_model_dir(tmp_path, revision="v1")
+
+
+# ---------------------------------------------------------------------------
+# The cache users already have, offline
+# ---------------------------------------------------------------------------
+
+def prepare_cache(hf_home, repo_id, files, commit="0123456789abcdef0123456789abcdef01234567"):
+    """A Hugging Face cache as transformers leaves it: blobs, the snapshot's
+    links to them, refs/main; no file list (only snapshot_download writes one)."""
+    repo = hf_home / "hub" / f"models--{repo_id.replace('/', '--')}"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    folder = repo / "snapshots" / commit
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (folder / name).symlink_to(os.path.relpath(blob, folder))
+    return folder
+
+
+def test_a_short_name_finds_the_model_transformers_downloaded(fake_hub, env, hf_home, tmp_path):
+    files = model_files(tmp_path / "original")
+    folder = prepare_cache(hf_home, "google-bert/bert-base-uncased", files)
+    assert SHORT_NAMES["bert-base-uncased"] == "google-bert/bert-base-uncased"
+    code, lines, _ = run_minibert("import minibert\nprint(minibert.load_pretrained('bert-base-uncased').source_dir)",
+                                  env, HF_HUB_OFFLINE="1")
+    assert (code, lines) == (0, [str(folder)])
+    assert fake_hub.requests == []
+
+
+def test_what_transformers_downloaded_loads_offline(transformers, fake_hub, env, hf_home, tmp_path):
+    # transformers fetches file by file (hf_hub_download), writing no file list beside the snapshot.
+    commit = fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    done = subprocess.run([sys.executable, "-c", f"import transformers as t\n"
+                           f"t.AutoModelForMaskedLM.from_pretrained({REPO_ID!r})\n"
+                           f"t.AutoTokenizer.from_pretrained({REPO_ID!r})"],
+                          env={**env, "TRANSFORMERS_VERBOSITY": "error"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    asked = len(fake_hub.requests)
+    code, lines, _ = run_minibert(f"import minibert\nprint(minibert.load_pretrained({REPO_ID!r}).source_dir)\n"
+                                  f"print(minibert.load_tokenizer({REPO_ID!r}).tokenize('the cat sat'))",
+                                  env, HF_HUB_OFFLINE="1")
+    assert (code, lines) == (0, [str(snapshot(hf_home, REPO_ID, commit)), "['the', 'cat', 'sat']"])
+    assert len(fake_hub.requests) == asked                      # the cache answered
+    assert same_weights(load_pretrained(lines[0]), load_pretrained(tmp_path / "original"))
+
+
+def test_offline_and_not_in_the_cache_says_so_and_asks_nothing(fake_hub, env, hf_home, tmp_path):
+    fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    assert resolve(REPO_ID, env, HF_HUB_OFFLINE="1") == (
+        f"error: model '{REPO_ID}' is neither an existing file or folder nor in the Hugging Face cache "
+        f"({hf_home / 'hub'}), and HF_HUB_OFFLINE is set; download it once with the network on (unset "
+        f"HF_HUB_OFFLINE), or give the path of a folder that holds it")
+    files = model_files(tmp_path / "config-only")
+    prepare_cache(hf_home, REPO_ID, {"config.json": files["config.json"], "vocab.txt": files["vocab.txt"]})
+    assert resolve(REPO_ID, env, HF_HUB_OFFLINE="1").startswith(
+        f"error: {REPO_ID}: the Hugging Face cache has its config but no model.safetensors or pytorch_model.bin")
+    assert fake_hub.requests == []
+
+
+# ---------------------------------------------------------------------------
+# Failures: each one line, naming the id and what to do
+# ---------------------------------------------------------------------------
+
+def test_an_unknown_repository(fake_hub, env):
+    assert resolve("nobody/nothing", env) == (
+        f"error: model 'nobody/nothing' is neither an existing file or folder nor a model on the Hugging Face hub "
+        f"({fake_hub.url}); if it is a private model, set HF_TOKEN (or run `hf auth login`)")
+
+
+def test_a_private_repository_needs_hf_token(fake_hub, env, hf_home, tmp_path):
+    commit = fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    fake_hub.private[REPO_ID] = "hf_secret"
+    assert "set HF_TOKEN" in resolve(REPO_ID, env)
+    assert resolve(REPO_ID, env, HF_TOKEN="hf_secret") == snapshot(hf_home, REPO_ID, commit)
+    assert fake_hub.requests[-1][2] == "Bearer hf_secret"
+
+
+def test_a_gated_repository_says_how_to_get_in(fake_hub, env, tmp_path):
+    fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    fake_hub.gated.add(REPO_ID)
+    assert resolve(REPO_ID, env) == (f"error: {REPO_ID} is a gated model: accept its terms at "
+                                     f"{fake_hub.url}/{REPO_ID}, then set HF_TOKEN (or run `hf auth login`)")
+
+
+def test_an_unreachable_hub(env, hf_home):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    message = resolve(REPO_ID, env, HF_ENDPOINT=f"http://127.0.0.1:{port}")
+    assert message.startswith(f"error: {REPO_ID}: could not reach the Hugging Face hub at http://127.0.0.1:{port} (")
+    assert message.endswith(f"and it is not in the cache ({hf_home / 'hub'}); check the network or HF_ENDPOINT, "
+                            f"or give the path of a folder that holds it")
+
+
+def test_a_hub_that_answers_with_an_error(fake_hub, env, hf_home, tmp_path):
+    commit = fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    fake_hub.broken = 503
+    assert resolve(REPO_ID, env) == (
+        f"error: {REPO_ID}: the Hugging Face hub at {fake_hub.url} answered HTTP 503 (Service Unavailable) and it is "
+        f"not in the cache ({hf_home / 'hub'}); check the network or HF_ENDPOINT, or give the path of a folder "
+        f"that holds it")
+    fake_hub.broken = None
+    folder = resolve(REPO_ID, env)
+    fake_hub.broken = 503
+    assert resolve(REPO_ID, env) == folder == snapshot(hf_home, REPO_ID, commit)  # cached: the cache answers
+
+
+def test_names_that_are_neither_paths_nor_ids(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MiniBertError) as info:
+        resolve_model_dir("bert-huge-uncased")
+    assert str(info.value).startswith("model 'bert-huge-uncased' is neither an existing file or folder nor a known "
+                                      "name or hub id; expected minibert-gutenberg, bert-base-uncased, ")
+    with pytest.raises(MiniBertError, match="empty"):
+        resolve_model_dir("")
+    assert hub.HUB_ID.fullmatch("./runs/x") is None and hub.HUB_ID.fullmatch("a/b/c") is None
+
+
+def test_a_bad_cached_copy_names_the_cache_and_force_download_replaces_it(fake_hub, env, hf_home, tmp_path):
+    files = model_files(tmp_path / "original")
+    commit = fake_hub.add(REPO_ID, files)
+    folder = resolve(REPO_ID, env)
+    config = folder / "config.json"                              # a link to the file's blob in the cache
+    config.resolve().write_text(json.dumps({**json.loads(files["config.json"]), "hidden_size": 48}))
+    code, lines, _ = run_minibert(f"import minibert\nminibert.load_pretrained({REPO_ID!r})", env)
+    assert code == 1 and len(lines) == 1
+    assert lines[0].endswith(f"(the Hugging Face cache's copy of {REPO_ID} in {folder} is bad; to download it "
+                             f"again, use force_download=True, or remove it with `hf cache rm model/{REPO_ID}`)")
+    code, lines, _ = run_minibert(f"import minibert\n"
+                                  f"print(minibert.load_pretrained({REPO_ID!r}, force_download=True).source_dir)", env)
+    assert (code, lines) == (0, [str(snapshot(hf_home, REPO_ID, commit))])
+    assert json.loads(config.read_bytes()) == json.loads(files["config.json"])
+
+
+def test_short_names_map_to_the_repositories_of_the_same_weights():
+    assert len(SHORT_NAMES) == 3 + 24 + 4
+    assert SHORT_NAMES["bert-base-cased"] == "google-bert/bert-base-cased"
+    assert SHORT_NAMES["bert-uncased-L-4-H-512"] == "google/bert_uncased_L-4_H-512_A-8"
+    assert SHORT_NAMES["albert-xxlarge-v2"] == "albert/albert-xxlarge-v2"
+    names = hub.known_model_names()
+    assert names[0] == "minibert-gutenberg" and "tf:bert-base-uncased" in names and len(names) == 1 + 31 + 31
+
+
+def test_paths_and_the_bundled_model(tmp_path, monkeypatch):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    assert resolve_model_dir(folder) == folder
+    assert resolve_model_dir(str(folder)) == folder
+    assert resolve_model_dir(folder / "config.json") == folder
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bert-base-uncased").mkdir()                     # a local folder wins over the short name
+    assert resolve_model_dir("bert-base-uncased") == Path("bert-base-uncased")
+
+    monkeypatch.setattr(hub, "BUNDLED_MODEL_DIR", tmp_path / "pretrained" / "minibert-gutenberg")
+    with pytest.raises(MiniBertError, match="bundled model is missing"):
+        resolve_model_dir(None)
+    (tmp_path / "pretrained" / "minibert-gutenberg").mkdir(parents=True)
+    assert resolve_model_dir(None) == hub.BUNDLED_MODEL_DIR
+    assert resolve_model_dir("minibert-gutenberg") == hub.BUNDLED_MODEL_DIR
