@@ -82,7 +82,7 @@ def main(argv=None):
 
     if (args.json or args.plot) and not args.probe:
         raise MiniBertError(f"{'--json' if args.json else '--plot'} writes the probe's results: add --probe")
-    from minibert.support.outputs import check_output_files
+    from minibert.support.outputs import check_not_in_model_folder, check_output_files
     check_output_files(args, {"--model": args.model, "--text": args.text}, owned={"--output": args.output})
     if args.plot:
         from minibert.support.plots import require_matplotlib
@@ -90,6 +90,7 @@ def main(argv=None):
     from minibert.support.folders import lock_output
     lock_output(args.output)                        # one run per folder: a second one stops here
     duplication.check_output_dir(args.output, args.force, source=args.model)   # before any slow loading
+    check_not_in_model_folder("--output", args.output)     # a model is never written inside another one
     model = load_pretrained(args.model)
     config = model.config
     L = config.num_hidden_layers

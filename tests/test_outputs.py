@@ -134,3 +134,27 @@ def test_a_json_path_that_is_a_fifo_or_a_link_is_refused_before_the_work(tmp_pat
         code, captured = run_script_in_process(capsys, "probe.py", "--model", tmp_path / "model", "--json", target)
         assert code == 1 and f"--json {target}: {what}" in captured.err, captured.err
     assert (tmp_path / "pipe").is_fifo() and (tmp_path / "link.json").is_symlink()
+
+
+def test_no_model_is_written_into_what_the_run_reads_or_inside_another_model(tmp_path, capsys):
+    from helpers import run_script_in_process
+    from tiny_models import save_tiny_model
+    save_tiny_model(tmp_path / "model")
+    (tmp_path / "model" / "task.json").write_text("{}")                      # a fine-tuned folder
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "book.txt").write_text("the cat sat on the mat .\n" * 50)
+    cases = [("train_mlm.py", ["--corpus", corpus, "--output", corpus, "--force"], "is the --corpus"),
+             ("train_mlm.py", ["--corpus", corpus, "--output", tmp_path / "model" / "sub"],
+              "lies inside the model folder"),
+             ("train_mlm.py", ["--corpus", corpus, "--output", tmp_path / "out", "--cache-dir",
+                               tmp_path / "model" / "cache"], "--cache-dir"),
+             ("duplicate.py", ["--model", tmp_path / "bare", "--duplicate", "0", "--output",
+                               tmp_path / "model" / "deeper"], "lies inside the model folder")]
+    save_tiny_model(tmp_path / "bare")
+    for script, args, message in cases:
+        code, captured = run_script_in_process(capsys, script, *args)
+        assert code == 1 and message in captured.err and captured.err.count("\n") == 1, (args, captured.err)
+    assert sorted(p.name for p in corpus.iterdir()) == ["book.txt"]
+    assert not (tmp_path / "model" / "sub").exists() and not (tmp_path / "model" / "deeper").exists()
+
