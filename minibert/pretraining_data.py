@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from minibert.heads import IGNORE_INDEX
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import write_json
+from minibert.support.fileio import save_array, write_json
 from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary  # noqa: F401  (used here and by pretraining.py)
 from minibert.support.seeds import generator_for
 
@@ -133,9 +133,9 @@ def build_token_cache(files, tokenizer, cache_dir, progress=True):
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise MiniBertError(f"--cache-dir {cache_dir}: cannot make the token cache folder ({e.strerror})") from None
-    np.save(folder / "tokens.npy", np.concatenate(tokens).astype(dtype))
-    np.save(folder / "sentence_starts.npy", np.asarray(starts, dtype=np.int64))
-    np.save(folder / "sentence_documents.npy", np.asarray(documents, dtype=np.int32))
+    save_array(folder / "tokens.npy", np.concatenate(tokens).astype(dtype))
+    save_array(folder / "sentence_starts.npy", np.asarray(starts, dtype=np.int64))
+    save_array(folder / "sentence_documents.npy", np.asarray(documents, dtype=np.int32))
     # The marker last, and atomically: a cache killed half-way has no marker
     # (or the old one), never half a marker next to half-written arrays.
     write_json(folder / "done", {"files": [str(f) for f in files], "tokens": total,

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from minibert.support.devices import choose_device, move_to_device
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write
+from minibert.support.fileio import save_torch
 from minibert.support.seeds import seed_from
 
 # ----------------------------------------------------------------------------
@@ -199,8 +199,7 @@ def save_checkpoint(path, model, optimizer, scheduler, step, run_config):
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
              "optimizer_name": type(optimizer).__name__,       # --resume refuses another optimizer's state
              "scheduler": scheduler.state_dict(), "step": step, "run_config": run_config}
-    with atomic_write(path) as f:
-        torch.save(state, f)
+    save_torch(path, state)
 
 
 def process_is_alive(pid):

@@ -546,3 +546,19 @@ def test_the_milestone_child_sees_no_dev_label_and_the_grader_scores_its_predict
     reached, note = milestone.score({"predictions": [1 - y for y in labels], "steps": 2}, labels)
     assert not reached and note.startswith("SST-2 dev accuracy 0.00% (0/64)")
     assert milestone.score({"predictions": labels[:3]}, labels) == (False, "expected 64 dev predictions, got 3")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_full_disk_while_writing_the_student_copy_is_one_line_and_leaves_nothing(tmp_path):
+    repo = make_fake_repo(tmp_path)
+    (repo / "big.bin").write_bytes(bytes(50_000))
+    program = ("import resource, signal, sys\n"
+               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))\n"
+               "from minibert.coursework.__main__ import main\nfrom minibert.support.cli import run\n"
+               "run(main, sys.argv[1:])\n")
+    done = subprocess.run([sys.executable, "-c", program, "student", str(tmp_path / "hw"), "--repo", str(repo)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "cannot write the student copy (File too large" in done.stderr and "nothing was left there" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]

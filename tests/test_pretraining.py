@@ -258,6 +258,25 @@ def test_the_final_save_replaces_the_whole_model_or_nothing(corpus_and_tokenizer
     assert (run / "checkpoint.pt").read_bytes() == before["checkpoint.pt"] and (run / "cache").is_dir()
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+@pytest.mark.parametrize("limit, what", [(2_000, "tokens.npy"), (60_000, "checkpoint.pt")])
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path, limit, what):
+    # RLIMIT_FSIZE stands in for a full disk: a write past it fails with EFBIG as one past the disk's end
+    # fails with ENOSPC; 2 kB stops the token cache, 60 kB the first checkpoint (the cache fits).
+    files = write_corpus(tmp_path / "corpus")
+    program = ("import resource, runpy, signal, sys\n"
+               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+               f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+               "sys.argv = sys.argv[1:]\n"
+               "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", program, str(Path(__file__).parents[1] / "train_mlm.py"),
+                           "--corpus", *map(str, files), "--output", str(tmp_path / "run"), *TINY_RUN,
+                           "--steps", "2", "--checkpoint-every", "1"], capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ") and f"{what}: cannot write it (File too large)" in lines[0], lines[0]
+
+
 def test_checkpoint_files_left_by_killed_runs_are_removed(corpus_and_tokenizer, tmp_path):
     files, tokenizer = corpus_and_tokenizer
     finished = subprocess.Popen([sys.executable, "-c", "pass"])

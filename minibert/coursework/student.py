@@ -7,11 +7,13 @@ editable install would point back at the instructor's checkout; so no
 solution text reaches it through history, bytecode or site-packages.
 """
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from minibert.coursework.exercises import CourseworkError, assignment, blank, find_regions
+from minibert.support.fileio import temporary_name
 
 SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", "runs", "cache", ".benchmarks", ".venv", "venv", ".tox",
                 "build", "dist", ".mypy_cache", ".ipynb_checkpoints"}
@@ -72,12 +74,22 @@ def write_student_copy(repo, outdir, assignments=None):
             raise CourseworkError(f"{path}:{e.lineno}: blanked, the file no longer compiles: {e.msg}") from None
         blanked[path] = text
     files = repository_files(repo)
-    outdir.mkdir(parents=True, exist_ok=True)
-    for name in files:
-        target = outdir / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if name in blanked:
-            target.write_text(blanked[name], encoding="utf-8")
-        else:
-            shutil.copy2(repo / name, target)
+    # Written into a hidden sibling, then renamed: a full disk or a kill leaves no half copy behind.
+    staging = temporary_name(outdir)
+    try:
+        outdir.parent.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if name in blanked:
+                target.write_text(blanked[name], encoding="utf-8")
+            else:
+                shutil.copy2(repo / name, target)
+        if outdir.exists():
+            outdir.rmdir()                   # empty, as checked above
+        os.replace(staging, outdir)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise CourseworkError(f"{outdir}: cannot write the student copy ({e.strerror or e}"
+                              f"{', ' + e.filename if e.filename else ''}); nothing was left there") from None
     return files, regions

@@ -91,6 +91,55 @@ def atomic_write(path, mode="wb"):
     fsync_folder(path.parent)
 
 
+def save_array(path, array):
+    """np.save, atomically (atomic_write), so that a full disk is one line
+    naming the file. numpy writes straight from its buffer to a real file and
+    reports a short write without an errno ("N requested and M written"); a
+    plain writer object makes it go through write(), whose OSError says
+    ENOSPC or EFBIG."""
+    import numpy as np
+
+    class Writer:
+        def __init__(self, f):
+            self.write = f.write
+
+    with atomic_write(path) as f:
+        np.save(Writer(f), array)
+
+
+def save_torch(path, value):
+    """torch.save, atomically (atomic_write), so that a full disk is one line
+    naming the file: torch's zip writer turns a failed write into a
+    RuntimeError ("unexpected pos"), so the OSError that caused it is kept
+    here and raised instead."""
+    import torch
+
+    class Writer:
+        error = None
+
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            try:
+                return self.f.write(data)
+            except OSError as e:
+                self.error = e
+                raise
+
+        def flush(self):
+            self.f.flush()
+
+    with atomic_write(path) as f:
+        writer = Writer(f)
+        try:
+            torch.save(value, writer)
+        except RuntimeError:
+            if writer.error is not None:
+                raise writer.error from None
+            raise
+
+
 def refuse_special(path):
     """A MiniBertError unless `path` is absent or a regular file (not a link)."""
     path = Path(path)
