@@ -244,3 +244,18 @@ def test_two_runs_on_one_output_the_second_stops_before_any_work(tmp_path, capsy
         holder.wait()
     assert code == 1 and f"another run (PID {holder.pid}) is writing this folder" in captured.err, captured.err
     assert not (tmp_path / "out").exists()                     # the second run wrote nothing
+
+
+def test_a_full_disk_inside_write_folder_is_one_line_and_keeps_the_old_folder(tmp_path):
+    import errno
+    folder = tmp_path / "model"
+    write_folder(folder, lambda staging: (staging / "config.json").write_text("old"))
+
+    def fills_the_disk(staging):
+        (staging / "config.json").write_text("new")
+        raise OSError(errno.ENOSPC, "No space left on device", str(staging / "vocab.txt"))
+    with pytest.raises(MiniBertError) as caught:
+        write_folder(folder, fills_the_disk)
+    assert str(caught.value) == (f"{folder}: cannot write it (No space left on device, vocab.txt); "
+                                 f"the previous folder is unchanged")
+    assert (folder / "config.json").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]

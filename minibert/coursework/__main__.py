@@ -131,7 +131,8 @@ def run_sweep(repo, full, json_path):
     for problem in report["problems"]:
         print(f"problem: {problem}")
     if json_path:
-        Path(json_path).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        with atomic_write(json_path, "w") as f:
+            f.write(json.dumps(report, indent=2) + "\n")
     return 1 if report["problems"] else 0
 
 

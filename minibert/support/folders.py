@@ -20,7 +20,7 @@ from pathlib import Path
 
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import fsync_folder, read_json_object, temporary_name, write_json
+from minibert.support.fileio import DISK_FULL, fsync_folder, read_json_object, temporary_name, write_json
 
 # What write_folder leaves next to FOLDER while it works, named after the
 # process that writes it (fileio.temporary_name):
@@ -55,8 +55,12 @@ def write_folder(folder, write_into, leave_behind=()):
         raise MiniBertError(f"{folder}: cannot write a folder here ({e.strerror})") from None
     try:
         write_into(staging)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in DISK_FULL:    # a write not made through atomic_write
+            kept = "the previous folder is unchanged" if folder.exists() else "nothing was written"
+            where = f", {Path(e.filename).name}" if e.filename else ""
+            raise MiniBertError(f"{folder}: cannot write it ({e.strerror}{where}); {kept}") from None
         raise
     fsync_folder(staging)
     old = staging.with_name(staging.name[:-len(".tmp")] + ".old")
