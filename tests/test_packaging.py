@@ -1,0 +1,138 @@
+"""The Python versions minibert claims, and the README's set-up.
+
+pyproject's requires-python, its classifiers and the README state one range,
+3.10 to 3.13 (3.10 is the floor: torch 2.13.0 has no 3.9 build, and minibert
+writes `int | None` and `zip(strict=True)`). Every file compiles under the
+oldest and the newest of these that this machine has (pyenv's interpreters or
+`python3.X` on PATH), and where that interpreter also has torch, it imports
+every module and runs the bundled model, predicting what this interpreter
+predicts. `.ci/run` runs exactly the README's install and test commands."""
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OLDEST, NEWEST = (3, 10), (3, 13)
+SUPPORTED = [(3, minor) for minor in range(OLDEST[1], NEWEST[1] + 1)]
+
+
+def python_files():
+    """Every .py file of the package, the scripts, the benchmarks and the tests."""
+    files = sorted(ROOT.glob("*.py"))
+    for folder in ("minibert", "bench", "tests"):
+        files += sorted((ROOT / folder).rglob("*.py"))
+    return files
+
+
+def interpreter(version):
+    """A python executable of `version` (major, minor) on this machine, or None."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = sorted(pyenv.glob("%d.%d.*/bin/python" % version), reverse=True)
+    candidates.append(shutil.which("python%d.%d" % version))
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def run(python, code, timeout=120):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([python, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# Compiles each file named on stdin in memory (nothing written), prints the count.
+COMPILE_ALL = """
+import sys
+paths = sys.stdin.read().split()
+for path in paths:
+    with open(path, encoding="utf-8") as f:
+        compile(f.read(), path, "exec", dont_inherit=True)
+print(len(paths), "files compiled by", "%d.%d" % sys.version_info[:2])
+"""
+
+# Imports every minibert module, then fills the bundled model's one [MASK].
+RUN_BUNDLED_MODEL = """
+import importlib, pkgutil, sys
+import torch
+import minibert
+names = [m.name for m in pkgutil.walk_packages(minibert.__path__, "minibert.")
+         if not m.name.endswith(".__main__")]
+for name in names:
+    importlib.import_module(name)
+model, tokenizer = minibert.load_pretrained().eval(), minibert.load_tokenizer()
+batch = tokenizer.batch_encode(["the time traveller sat by the [MASK] ."])
+with torch.no_grad():
+    logits = model(**batch).mlm_logits[0]
+position = batch["input_ids"][0].tolist().index(tokenizer.mask_id)
+print(len(names), tokenizer.convert_ids_to_tokens([int(logits[position].argmax())])[0], "%d.%d" % sys.version_info[:2])
+"""
+
+
+def test_requires_python_and_classifiers_name_the_supported_versions():
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^requires-python = "(.*)"$', pyproject, re.M).group(1) == ">=%d.%d" % OLDEST
+    classified = re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject)
+    assert classified == ["%d.%d" % v for v in SUPPORTED]
+
+
+def test_readme_states_the_supported_versions():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "Python %d.%d to %d.%d" % (OLDEST + NEWEST) in readme
+
+
+def test_every_file_parses_with_the_oldest_supported_grammar():
+    """ast's feature_version refuses syntax newer than 3.10 (such as PEP 695's
+    `type X = ...` or `except*`), on whichever Python runs the tests."""
+    for path in python_files():
+        ast.parse(path.read_text(encoding="utf-8"), str(path), feature_version=OLDEST)
+
+
+@pytest.mark.parametrize("version", [OLDEST, NEWEST], ids=["oldest", "newest"])
+def test_every_file_compiles_under_the_supported_python(version):
+    python = interpreter(version)
+    if python is None:
+        pytest.skip("no Python %d.%d on this machine (pyenv or python%d.%d on PATH)" % (version * 2))
+    files = python_files()
+    result = subprocess.run([python, "-c", COMPILE_ALL], input="\n".join(map(str, files)),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(len(files)), "files", "compiled", "by", "%d.%d" % version]
+
+
+@pytest.fixture(scope="module")
+def bundled_prediction():
+    """What this interpreter prints for RUN_BUNDLED_MODEL: module count, word."""
+    result = run(sys.executable, RUN_BUNDLED_MODEL)
+    assert result.returncode == 0, result.stderr
+    count, word, _ = result.stdout.split()
+    return count, word
+
+
+@pytest.mark.parametrize("version", [OLDEST, NEWEST], ids=["oldest", "newest"])
+def test_the_bundled_model_runs_under_the_supported_python(version, bundled_prediction):
+    python = interpreter(version)
+    if python is None:
+        pytest.skip("no Python %d.%d on this machine (pyenv or python%d.%d on PATH)" % (version * 2))
+    for module in ("torch", "numpy", "tokenizers", "tqdm"):
+        if run(python, "import " + module).returncode != 0:
+            pytest.skip("%s is not installed for Python %d.%d (%s); only compiling is checked there"
+                        % ((module,) + version + (python,)))
+    result = run(python, RUN_BUNDLED_MODEL)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [*bundled_prediction, "%d.%d" % version]
+
+
+def test_the_bundled_model_runs_here(bundled_prediction):
+    """The reference the other interpreters are held to: every module under
+    minibert/ imports (a __main__ is run, not imported) and the bundled model
+    fills its [MASK]."""
+    modules = [p for p in (ROOT / "minibert").rglob("*.py") if p.name != "__main__.py"]
+    assert bundled_prediction == (str(len(modules) - 1), "door")          # minibert/__init__.py is the root
