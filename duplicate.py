@@ -70,7 +70,7 @@ parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
                     help="--probe: write both probes as JSON, {\"original\": ..., \"deeper\": ...} in probe.py's "
                          "format (accuracies in percent)")
 parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
-                    help="--probe: plot both models' accuracy by layer (needs matplotlib: pip install -e .[plot])")
+                    help="--probe: plot both models' accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
 
 
 def main(argv=None):

@@ -74,7 +74,7 @@ what.add_argument("--output", help="fine-tune: the output folder; predict: the p
 what.add_argument("--json", type=cli.output_file, metavar="OUT", help="also write the metrics (or summary) as JSON")
 what.add_argument("--plot", type=cli.output_file, metavar="FILE.png",
                   help="fine-tune: plot the training loss and the main metric per epoch (needs matplotlib: "
-                       "pip install -e .[plot])")
+                       "pip install -e '.[plot]')")
 train = parser.add_argument_group("training (BERT's defaults, Devlin et al. A.3)")
 train.add_argument("--epochs", type=cli.positive_int, default=3, help="passes over the training set")
 train.add_argument("--max-steps", type=cli.positive_int, help="stop after this many steps instead")

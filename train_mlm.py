@@ -148,7 +148,7 @@ def parse_args(argv=None):
                             "to this file")
     train.add_argument("--plot", type=output_file, metavar="FILE.png",
                        help="plot the training loss and the masked-token accuracy (training and held out) "
-                            "against the step (needs matplotlib: pip install -e .[plot])")
+                            "against the step (needs matplotlib: pip install -e '.[plot]')")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     if args.config is None and args.max_seq_len > FLAG_MAX_POSITIONS:

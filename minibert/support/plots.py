@@ -1,7 +1,7 @@
 """Figures for the scripts' --plot FILE.png: pretraining curves, fine-tuning
 and distillation epochs, probe accuracy by layer.
 
-matplotlib is optional (`pip install -e .[plot]`): `require_matplotlib` says
+matplotlib is optional (`pip install -e '.[plot]'`): `require_matplotlib` says
 so before a run starts. Every plot_* function draws into a file only (the
 Agg backend, no window) and returns the matplotlib Figure. Nothing here is
 part of a lesson: the functions take the plain records the runs already
@@ -11,7 +11,7 @@ lesson module.
 
 from minibert.support.errors import MiniBertError
 
-INSTALL_HINT = "pip install -e .[plot], or pip install matplotlib"
+INSTALL_HINT = "pip install -e '.[plot]', or pip install matplotlib"
 
 
 def require_matplotlib(flag="--plot"):
