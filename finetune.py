@@ -261,10 +261,9 @@ def fine_tune(args):
         cli.make_parent_folder(args.json)
         write_json(args.json, json_safe(summary))
     if args.plot:
-        from minibert.support.plots import plot_epochs
+        from minibert.support.plots import model_label, plot_epochs
         cli.make_parent_folder(args.plot)
-        plot_epochs(summary, args.plot, task.main_metric,
-                    f"{args.task}: fine-tuning {args.model or 'the bundled model'}")
+        plot_epochs(summary, args.plot, task.main_metric, f"{args.task}: fine-tuning {model_label(args.model)}")
         print(f"wrote {args.plot}")
     return 0
 

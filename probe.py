@@ -101,8 +101,9 @@ def main(argv=None):
         probing.save_json(result, args.json)
         print(f"\nwrote {args.json}")
     if args.plot:
+        from minibert.support.plots import model_label
         make_parent_folder(args.plot)
-        probing.save_plot({name: result}, args.plot)
+        probing.save_plot({model_label(args.model): result}, args.plot)
         print(f"wrote {args.plot}")
     return 0
 
