@@ -53,7 +53,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.checkpoints.task_heads import load_task_head

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.checkpoints import read_config, save_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel

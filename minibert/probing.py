@@ -42,7 +42,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError

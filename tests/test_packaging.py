@@ -174,3 +174,22 @@ def test_the_install_line_covers_the_quick_examples():
     assert "-e .[plot]" in requirements and "-r requirements.txt" in install
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert re.search(r'^plot = \["matplotlib>=3\.5"\]$', pyproject, re.M)
+
+
+def test_every_progress_display_is_tqdm_auto_so_a_notebook_draws_a_widget():
+    """Plain tqdm in a notebook prints cursor-up codes the notebook ignores,
+    so nested displays (an evaluation inside training) pile up as lines.
+    Outside a notebook tqdm.auto is plain tqdm, so the imports are what is
+    checked. minibert/support/hub.py is left out: its downloads are moving
+    onto huggingface_hub, which draws its own."""
+    imports = {}
+    for path in sorted((ROOT / "minibert").rglob("*.py")):
+        if path.name == "hub.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tqdm":
+                imports[path.relative_to(ROOT).as_posix()] = node.module
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "tqdm" for a in node.names):
+                imports[path.relative_to(ROOT).as_posix()] = "import tqdm"
+    assert {"minibert/training.py", "minibert/probing.py", "minibert/finetuning.py"} <= set(imports)
+    assert {path: module for path, module in imports.items() if module != "tqdm.auto"} == {}
