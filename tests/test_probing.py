@@ -139,6 +139,8 @@ def test_outputs_table_bars_examples_json_and_plot(tmp_path):
     assert result.examples[0]["layers"][0].split()[:2] == ["the", "cat"]    # layer 0 reads the input back
     table = probing.format_table(result).splitlines()
     assert len(table) == 2 + 4 + 1 and "masked LM" in table[-1]
+    assert table[0].split()[-2:] == ["xent", "(nats)"] and table[-1].endswith(" nats")        # the unit, named
+    assert float(table[2].split()[-1]) == pytest.approx(result.layers[0].cross_entropy, abs=5e-4)
     bars = probing.format_bars(result).splitlines()
     assert len(bars) == 1 + 4 and all(line.count("|") == 2 for line in bars[1:])
     probing.save_json(result, tmp_path / "probe.json")
