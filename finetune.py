@@ -1,4 +1,4 @@
-r"""Fine-tune a pretrained BERT or ALBERT on a downstream task (Devlin et al. 2018, section 4).
+r"""Fine-tune a pretrained BERT, ALBERT or DeBERTa on a downstream task (Devlin et al. 2018, section 4).
 
   fine-tune  python finetune.py --task TASK --model M --train FILE [--eval FILE] --output DIR
   predict    python finetune.py --model DIR --predict FILE --output PREDS
