@@ -71,7 +71,7 @@ what.add_argument("--json", type=cli.output_file, metavar="OUT",
                        "teacher's accuracy, train time")
 what.add_argument("--plot", type=cli.output_file, metavar="FILE.png",
                   help="training: plot the student's training loss and its accuracy per epoch (needs matplotlib: "
-                       "pip install -e .[plot])")
+                       "pip install -e '.[plot]')")
 transfer = parser.add_argument_group("transfer set (Tang et al. section 3)")
 transfer.add_argument("--no-augment", action="store_true",
                       help="the transfer set is the training set alone (teacher logits on it, no augmented copies)")

@@ -71,7 +71,7 @@ parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
                     help="--probe: write both probes as JSON, {\"original\": ..., \"deeper\": ...} in probe.py's "
                          "format (accuracies in percent)")
 parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
-                    help="--probe: plot both models' accuracy by layer (needs matplotlib: pip install -e .[plot])")
+                    help="--probe: plot both models' accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
 
 
 def main(argv=None):
@@ -122,10 +122,11 @@ def main(argv=None):
         from minibert.tokenization import load_tokenizer
         tokenizer = load_tokenizer(model.source_dir)
         sentences = probing.read_sentences(args.text, args.max_sentences)
-        before = probing.probe_model(model, tokenizer, sentences, batch_size=args.batch_size)
+        before = probing.probe_model(model, tokenizer, sentences, batch_size=args.batch_size,
+                                     model_name=args.model or "the bundled model")
         descriptions = None if labels is None else probing.depth_descriptions(deeper.config, order=labels)
         after = probing.probe_model(deeper, tokenizer, sentences, batch_size=args.batch_size,
-                                    descriptions=descriptions)
+                                    descriptions=descriptions, model_name=str(args.output))
         print()
         print(f"MLM head on every layer, {before.sentences} sentences, {before.tokens} real tokens "
               f"(top-1 / top-5 accuracy of reconstructing the input token, cross-entropy in nats)")

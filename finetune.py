@@ -1,4 +1,4 @@
-r"""Fine-tune a pretrained BERT or ALBERT on a downstream task (Devlin et al. 2018, section 4).
+r"""Fine-tune a pretrained BERT, ALBERT or DeBERTa on a downstream task (Devlin et al. 2018, section 4).
 
   fine-tune  python finetune.py --task TASK --model M --train FILE [--eval FILE] --output DIR
   predict    python finetune.py --model DIR --predict FILE --output PREDS
@@ -74,7 +74,7 @@ what.add_argument("--output", help="fine-tune: the output folder; predict: the p
 what.add_argument("--json", type=cli.output_file, metavar="OUT", help="also write the metrics (or summary) as JSON")
 what.add_argument("--plot", type=cli.output_file, metavar="FILE.png",
                   help="fine-tune: plot the training loss and the main metric per epoch (needs matplotlib: "
-                       "pip install -e .[plot])")
+                       "pip install -e '.[plot]')")
 train = parser.add_argument_group("training (BERT's defaults, Devlin et al. A.3)")
 train.add_argument("--epochs", type=cli.positive_int, default=3, help="passes over the training set")
 train.add_argument("--max-steps", type=cli.positive_int, help="stop after this many steps instead")
@@ -262,10 +262,9 @@ def fine_tune(args):
         cli.make_parent_folder(args.json)
         write_json(args.json, json_safe(summary))
     if args.plot:
-        from minibert.support.plots import plot_epochs
+        from minibert.support.plots import model_label, plot_epochs
         cli.make_parent_folder(args.plot)
-        plot_epochs(summary, args.plot, task.main_metric,
-                    f"{args.task}: fine-tuning {args.model or 'the bundled model'}")
+        plot_epochs(summary, args.plot, task.main_metric, f"{args.task}: fine-tuning {model_label(args.model)}")
         print(f"wrote {args.plot}")
     return 0
 

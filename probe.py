@@ -46,7 +46,7 @@ parser.add_argument("--show", type=non_negative_int, default=0, metavar="N",
 parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
                     help="write the results as JSON (accuracies in percent: top1_percent, top5_percent)")
 parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
-                    help="plot accuracy by layer (needs matplotlib: pip install -e .[plot])")
+                    help="plot accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
 parser.add_argument("--device", type=device, default="cpu", help="cpu, cuda, mps or auto")
 fit = parser.add_argument_group(
     "fitting a head (for encoders without an MLM head)",
@@ -104,8 +104,9 @@ def main(argv=None):
         probing.save_json(result, args.json)
         print(f"\nwrote {args.json}")
     if args.plot:
+        from minibert.support.plots import model_label
         make_parent_folder(args.plot)
-        probing.save_plot({name: result}, args.plot)
+        probing.save_plot({model_label(args.model): result}, args.plot)
         print(f"wrote {args.plot}")
     return 0
 

@@ -31,8 +31,10 @@ A BERT and a DeBERTa of one shape are one flag apart
 The result is a Hugging Face folder (config.json, model.safetensors,
 vocab.txt) that minibert.load_pretrained and transformers both read. It is
 written when the run ends; until then --output holds checkpoint.pt (the
-vocabulary included) and the token cache; checkpoint.pt is removed once
-the run has finished (--keep-checkpoint keeps it). --output must be new or empty;
+vocabulary included) and the token cache; both are removed once the run
+has finished, so the folder holds only the model (--keep-checkpoint keeps
+them; --steps 0, which only prepares, keeps its cache; a --cache-dir
+elsewhere is never removed). --output must be new or empty;
 --resume continues the run whose checkpoint is there (or starts it again if
 it stopped before its first checkpoint) and refuses a changed flag that
 shapes the run (the corpus, by path, size and SHA-256, --lr, --warmup,
@@ -78,7 +80,8 @@ def parse_args(argv=None):
     data.add_argument("--mask-prob", type=probability(), default=0.15,
                       help="fraction of tokens chosen for MLM, in (0, 1] (default 0.15)")
     data.add_argument("--whole-word-masking", action="store_true", help="choose whole words rather than word pieces")
-    data.add_argument("--cache-dir", type=output_folder, help="where the tokenized corpus is cached (default OUTPUT/cache)")
+    data.add_argument("--cache-dir", type=output_folder, help="where the tokenized corpus is cached (default OUTPUT/cache, "
+                      "removed with the checkpoint when the run has finished)")
     model = p.add_argument_group("model (flags, or --config)")
     model.add_argument("--config", help="a config.json / bert_config.json / albert_config.json, or a DeBERTa "
                        "config.json (model_type deberta or deberta-v2); overrides the flags below")
@@ -144,15 +147,16 @@ def parse_args(argv=None):
                        help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX); weights stay float32 "
                             "(as finetune.py --bf16; without it, float32 throughout)")
     train.add_argument("--keep-checkpoint", action="store_true",
-                       help="keep OUTPUT/checkpoint.pt after the run has finished (three times the model's size: "
-                            "the weights and Adam's two moments); by default it is removed once the model is saved "
+                       help="keep OUTPUT/checkpoint.pt (three times the model's size: the weights and Adam's two "
+                            "moments) and OUTPUT/cache after the run has finished; by default both are removed once "
+                            "the model is saved "
                             "(a run stopped by --max-minutes always keeps it, to --resume)")
     train.add_argument("--json", type=output_file,
                        help="write a JSON summary (config, history, held-out metrics; accuracies in percent) "
                             "to this file")
     train.add_argument("--plot", type=output_file, metavar="FILE.png",
                        help="plot the training loss and the masked-token accuracy (training and held out) "
-                            "against the step (needs matplotlib: pip install -e .[plot])")
+                            "against the step (needs matplotlib: pip install -e '.[plot]')")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     if args.config is None and args.max_seq_len > FLAG_MAX_POSITIONS:

@@ -45,7 +45,7 @@ Reference: [Tang] arXiv:1903.12136, section 3.
 from collections import Counter, defaultdict
 
 import numpy as np
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from

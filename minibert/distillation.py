@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.augment import PosLexicon, transfer_set
 from minibert.finetuning import BestEpoch, LengthGroupedBatches, evaluate, load_task_model, run_model

@@ -53,7 +53,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.checkpoints.task_heads import load_task_head
@@ -322,7 +322,9 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     batches = LengthGroupedBatches(train_features, batch_size, seed, tokenizer.pad_id)
     total_steps = max_steps or epochs * len(batches)
     eval_features = task.features(eval_examples, tokenizer, max_seq_len) if eval_examples is not None else None
-    settings = {"max_seq_len": max_seq_len, "base_model": str(model_name), **getattr(task, "settings", {}),
+    # The model as load_pretrained finds it again: its name or path, the bundled one by its folder's name.
+    base_name = str(model_name) if model_name is not None else base_model.source_dir.name
+    settings = {"max_seq_len": max_seq_len, "base_model": base_name, **getattr(task, "settings", {}),
                 **(settings or {}),     # and the vocabulary, so that predict() notices a vocab.txt replaced
                 "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer)}
     objective = Objective(task)
@@ -344,7 +346,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
                             warmup_steps=int(warmup * total_steps), seed=seed, log_every=10,
                             eval_every=len(batches), checkpoint_every=len(batches), max_minutes=max_minutes,
                             bf16=bf16, eval_name=eval_name, optimizer=optimizer)
-    run_config = {"task": task.name, "base_model": str(model_name), "total_steps": total_steps,
+    run_config = {"task": task.name, "base_model": base_name, "total_steps": total_steps,
                   "batch_size": batch_size, "seed": seed, "grad_accum_steps": 1, "max_seq_len": max_seq_len,
                   "train_examples": len(train_examples)}
     if sift is not None:

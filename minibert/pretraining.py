@@ -27,11 +27,12 @@ folder with a new vocabulary.
 
 import math
 import os
+import shutil
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.checkpoints import read_config, save_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel
@@ -291,7 +292,10 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     (saying so) where there is none yet. checkpoint.pt (three times the
     model's size: the weights and Adam's two moments) is removed once the
     run has reached `steps` and the model is saved, unless keep_checkpoint;
-    a run stopped early (max_minutes) keeps it to be resumed. bf16: train
+    a run stopped early (max_minutes) keeps it to be resumed. The token
+    cache goes with it when it is the default, output/cache, and `steps` is
+    not 0 (a run of 0 steps only prepares, and its cache is what it is for),
+    so the model folder holds only the model. bf16: train
     under bfloat16 autocast (any device; weights stay float32), as
     finetune.py --bf16; without it, float32 throughout. optimizer: "adamw"
     (torch's) or "bert-adam" (Google's, without bias correction: training.BertAdam)."""
@@ -305,6 +309,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     make_folder(output)
     if context.is_main:
         recover_folder(output)              # what a kill during save_model_folder (write_folder) left
+    own_cache = not cache_dir                               # output/cache: removed with checkpoint.pt
     cache_dir = Path(cache_dir) if cache_dir else output / "cache"
     global_batch = batch_size  # rows per micro-batch, all processes together
     if global_batch % context.world_size:
@@ -363,6 +368,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
         save_model_folder(model.to("cpu"), tokenizer, output)
         if summary["end_step"] >= steps and not keep_checkpoint:   # finished: nothing left to resume
             checkpoint_path.unlink(missing_ok=True)
+            if own_cache and steps:
+                shutil.rmtree(cache_dir, ignore_errors=True)
     summary["parameters"] = model.num_parameters()
     summary["run_config"] = {k: v for k, v in run_config.items() if k != "vocabulary"}  # the file has it
     return summary

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.heads import IGNORE_INDEX
 from minibert.support.errors import MiniBertError

@@ -42,7 +42,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
@@ -375,11 +375,11 @@ def fit_mlm_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=
 def table_lines(result):
     """The per-layer table as a list of lines: header, rule, one row per layer."""
     width = max([len("produced by")] + [len(r.description) for r in result.layers])
-    lines = [f"{'layer':>5}  {'produced by':<{width}}  {'top-1':>6}  {'top-5':>6}  {'xent':>7}",
-             f"{'-' * 5}  {'-' * width}  {'-' * 6}  {'-' * 6}  {'-' * 7}"]
+    lines = [f"{'layer':>5}  {'produced by':<{width}}  {'top-1':>6}  {'top-5':>6}  {'xent (nats)':>11}",
+             f"{'-' * 5}  {'-' * width}  {'-' * 6}  {'-' * 6}  {'-' * 11}"]
     for r in result.layers:
         lines.append(f"{r.layer:>5}  {r.description:<{width}}  {100 * r.top1:>5.1f}%  {100 * r.top5:>5.1f}%  "
-                     f"{r.cross_entropy:>7.3f}")
+                     f"{r.cross_entropy:>11.3f}")
     return lines
 
 
@@ -389,7 +389,7 @@ def format_table(result):
         m = result.masked
         lines.append(f"masked LM (last layer, {100 * m['mask_prob']:g}% of real tokens -> [MASK], seed {m['seed']}, "
                      f"{m['tokens']} positions): top-1 {100 * m['top1']:.1f}%  top-5 {100 * m['top5']:.1f}%  "
-                     f"xent {m['cross_entropy']:.3f}")
+                     f"xent {m['cross_entropy']:.3f} nats")
     return "\n".join(lines)
 
 

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
+from tqdm.auto import tqdm                   # a widget in a notebook, text in a terminal
 
 from minibert.support.devices import choose_device, move_to_device
 from minibert.support.errors import MiniBertError
@@ -343,6 +343,20 @@ def evaluation_line(step, eval_name, metrics):
                                         if isinstance(v, (int, float)))
 
 
+def progress_postfix(record):
+    """A history record as the progress line shows it: accuracies with their
+    % sign (mlm_accuracy=1.63%), tokens per second as a whole number with
+    thousands separators (1,970), losses and the learning rate to 3
+    significant digits."""
+    def figure(key, value):
+        if key.endswith("_accuracy"):
+            return f"{value:.2f}%"
+        if key == "tokens_per_second":
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if isinstance(value, float) else value
+    return {k: figure(k, v) for k, v in record.items() if k != "step"}
+
+
 def train(model, batches, objective, config, context, checkpoint_path, run_config=None, evaluate=None,
           resume=False, progress=True, optimizer_factory=None):
     """Run `config.total_steps` optimizer steps. Returns a summary dict.
@@ -456,8 +470,7 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
                 record[f"{term}_loss"] = float(loss_sum) / max(n, 1)
                 record[f"{term}_accuracy"] = 100.0 * float(correct) / max(n, 1)   # percent, as every accuracy
             history.append(record)
-            progress_bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v)
-                                      for k, v in record.items() if k != "step"})
+            progress_bar.set_postfix(progress_postfix(record))
             totals, window_start, window_tokens = {}, time.time(), 0
         out_of_time = config.max_minutes is not None and (time.time() - started) / 60 >= config.max_minutes
         if context.distributed and config.max_minutes is not None:

@@ -370,6 +370,7 @@ def test_probe_writes_both_models_as_json_in_percent_and_a_plot(tmp_path, capsys
     assert code == 0, captured.err
     values = json.loads((tmp_path / "probe.json").read_text())
     assert [len(values[name]["layers"]) for name in ("original", "deeper")] == [4, 5]
+    assert [values[name]["model"] for name in ("original", "deeper")] == [str(tmp_path / "bert"), str(tmp_path / "a")]
     top1 = [layer["top1_percent"] for layer in values["deeper"]["layers"]]
     assert top1[0] == pytest.approx(values["original"]["layers"][0]["top1_percent"])   # the same embeddings
     assert max(top1) > 1.0 and all(0.0 <= v <= 100.0 for v in top1)                    # percent, not fractions

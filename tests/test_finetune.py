@@ -377,3 +377,23 @@ def test_each_evaluation_line_names_the_eval_file_and_prints_percentages(setup, 
     assert code == 0, captured.err
     lines = [line for line in captured.out.splitlines() if line.startswith("step ")]
     assert len(lines) == 1 and re.fullmatch(r"step 2: held-out accuracy \d+\.\d\d", lines[0]), captured.out
+
+
+def test_plot_names_a_model_given_as_a_long_path_by_its_folder(setup, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install -e '.[plot]')")
+    from minibert.support import plots
+    root, train, dev = setup
+    folder = tmp_path / "a-folder-with-a-long-name" / "experiments" / "seed-0" / "tiny-bert"
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to(root / "base", target_is_directory=True)
+    drawn, plot_epochs = {}, plots.plot_epochs
+    monkeypatch.setattr(plots, "plot_epochs", lambda *args: drawn.update(figure=plot_epochs(*args)))
+    code, captured = run_script_in_process(capsys, "finetune.py", "--task", "sst2", "--model", folder, "--train", train,
+                                           "--eval", dev, "--max-steps", "2", "--batch-size", "16", "--max-seq-len",
+                                           "32", "--output", tmp_path / "run", "--plot", tmp_path / "sst2.png",
+                                           "--quiet")
+    assert code == 0, captured.err
+    figure = drawn["figure"]
+    assert figure.get_suptitle() == "sst2: fine-tuning seed-0/tiny-bert"
+    assert [axes.get_title() for axes in figure.axes] == ["training loss per epoch", "accuracy after each epoch"]
+    assert (tmp_path / "sst2.png").read_bytes()[:4] == b"\x89PNG"

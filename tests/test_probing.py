@@ -139,6 +139,8 @@ def test_outputs_table_bars_examples_json_and_plot(tmp_path):
     assert result.examples[0]["layers"][0].split()[:2] == ["the", "cat"]    # layer 0 reads the input back
     table = probing.format_table(result).splitlines()
     assert len(table) == 2 + 4 + 1 and "masked LM" in table[-1]
+    assert table[0].split()[-2:] == ["xent", "(nats)"] and table[-1].endswith(" nats")        # the unit, named
+    assert float(table[2].split()[-1]) == pytest.approx(result.layers[0].cross_entropy, abs=5e-4)
     bars = probing.format_bars(result).splitlines()
     assert len(bars) == 1 + 4 and all(line.count("|") == 2 for line in bars[1:])
     probing.save_json(result, tmp_path / "probe.json")
@@ -209,6 +211,23 @@ def test_cli_help_and_a_real_run_fitting_a_head(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "MLM head: fitted on" in run.stdout and "4 sentences" in run.stdout and "example 1:" in run.stdout
     assert len(json.loads((tmp_path / "out.json").read_text())["layers"]) == 4
+
+
+def test_cli_plot_names_a_model_given_as_a_long_path_by_its_folder(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (pip install -e '.[plot]')")
+    folder = tmp_path / "a-folder-with-a-long-name" / "experiments" / "seed-0" / "tiny-bert"
+    save_tiny_model(folder)
+    (tmp_path / "s.txt").write_text("\n".join(SENTENCES) + "\n")
+    drawn = {}
+    monkeypatch.setattr(probing, "save_plot", lambda results, path: drawn.update(
+        figure=probing.plot_probe(results, path)))
+    code, captured = run_script_in_process(capsys, "probe.py", "--model", folder, "--text", tmp_path / "s.txt",
+                                           "--max-sentences", 4, "--plot", tmp_path / "probe.png")
+    assert code == 0, captured.err
+    axes = drawn["figure"].axes[0]
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["seed-0/tiny-bert top-1", "seed-0/tiny-bert top-5"]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["0", "1", "2", "3"]          # 3 layers + embeddings
+    assert (tmp_path / "probe.png").read_bytes()[:4] == b"\x89PNG" and str(folder) in captured.out   # text: the path
 
 
 def test_cli_usage_errors_exit_2_and_run_errors_are_one_line_and_exit_1(tmp_path, capsys):

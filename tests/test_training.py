@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
 from minibert.training import (AdamW, BertAdam, Context, TrainingConfig, adamw_update, evaluation_line, load_checkpoint,
-                               make_optimizer, parameter_groups, process_is_alive, remove_stale_temporary_files,
-                               rows_for_rank, train, warmup_then_linear_decay)
+                               make_optimizer, parameter_groups, process_is_alive, progress_postfix,
+                               remove_stale_temporary_files, rows_for_rank, train, warmup_then_linear_decay)
 from tiny_models import BagOfWordsClassifier, random_batch, small_config
 
 CPU = Context(torch.device("cpu"))
@@ -451,6 +451,12 @@ def test_an_evaluation_line_names_the_set_with_counts_as_integers_and_percentage
     metrics = {"f1": 0.0, "accuracy": 87.5, "masked_loss": 2.345678, "masked_tokens": 39699, "per_type": {}}
     assert evaluation_line(30, "dev.tsv", metrics) == ("step 30: dev.tsv f1 0.00, dev.tsv accuracy 87.50, "
                                                        "dev.tsv masked_loss 2.346, dev.tsv masked_tokens 39,699")
+
+
+def test_the_progress_line_shows_accuracy_in_percent_and_tokens_per_second_as_a_whole_number():
+    record = {"step": 20, "lr": 9.5e-05, "tokens_per_second": 1968.7, "mlm_loss": 7.12345, "mlm_accuracy": 1.6327}
+    assert progress_postfix(record) == {"lr": "9.5e-05", "tokens_per_second": "1,969", "mlm_loss": "7.12",
+                                        "mlm_accuracy": "1.63%"}
 
 
 def test_the_evaluation_line_is_printed_under_the_configured_name(tmp_path, capsys):

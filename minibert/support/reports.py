@@ -8,14 +8,17 @@ import json
 
 
 def format_metrics(metrics, title):
-    """A small table: one metric per line, in percent."""
+    """A small table: one metric per line, in percent. The figures line up on
+    their last digit, however wide the widest; words after a figure
+    ("962,302 (0.96M) without embeddings") follow it."""
+    rows = [(key, f"{value:.2f}" if isinstance(value, float) else str(value))
+            for key, value in metrics.items() if not isinstance(value, dict)]
     width = max(len(k) for k in metrics) if metrics else 0
+    figures = [text.partition(" ") for _, text in rows]
+    figure_width = max([8] + [len(figure) for figure, _, _ in figures])
     lines = [title, "-" * max(len(title), width + 10)]
-    for key, value in metrics.items():
-        if isinstance(value, float):
-            lines.append(f"{key:<{width}}  {value:8.2f}")
-        elif not isinstance(value, dict):
-            lines.append(f"{key:<{width}}  {value!s:>8}")
+    for (key, _), (figure, space, words) in zip(rows, figures):
+        lines.append(f"{key:<{width}}  {figure:>{figure_width}}{space}{words}")
     return "\n".join(lines)
 
 

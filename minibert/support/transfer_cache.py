@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.support.distillation_settings import DEFAULT_POS_FILE
 from minibert.support.errors import MiniBertError
