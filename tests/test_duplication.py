@@ -499,7 +499,7 @@ def test_write_model_replaces_an_old_model_whole_or_not_at_all(bert, tmp_path, m
         (Path(directory) / "model.safetensors").write_text("half")
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(minibert.checkpoints, "save_pretrained", full_disk)
-    with pytest.raises(OSError):
+    with pytest.raises(MiniBertError, match="out: cannot write it \\(No space left on device.*; the previous folder is unchanged"):
         duplication.write_model(deeper, out, source_dir=bert.source_dir, force=True)
     assert {p.name: p.read_text() for p in out.iterdir()} == {
         "config.json": "{}", "task.json": "{}", "model.safetensors": "old", "notes.txt": "mine"}

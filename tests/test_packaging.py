@@ -63,8 +63,9 @@ RUN_BUNDLED_MODEL = """
 import importlib, pkgutil, sys
 import torch
 import minibert
+# (coursework.runner is the grading child, a script check.py starts; importing it would rewire this process)
 names = [m.name for m in pkgutil.walk_packages(minibert.__path__, "minibert.")
-         if not m.name.endswith(".__main__")]
+         if not m.name.endswith((".__main__", ".coursework.runner"))]
 for name in names:
     importlib.import_module(name)
 model, tokenizer = minibert.load_pretrained().eval(), minibert.load_tokenizer()
@@ -132,9 +133,10 @@ def test_the_bundled_model_runs_under_the_supported_python(version, bundled_pred
 
 def test_the_bundled_model_runs_here(bundled_prediction):
     """The reference the other interpreters are held to: every module under
-    minibert/ imports (a __main__ is run, not imported) and the bundled model
-    fills its [MASK]."""
-    modules = [p for p in (ROOT / "minibert").rglob("*.py") if p.name != "__main__.py"]
+    minibert/ imports (a __main__ and the grader's child script are run, not
+    imported) and the bundled model fills its [MASK]."""
+    modules = [p for p in (ROOT / "minibert").rglob("*.py") if p.name != "__main__.py"
+               and p.relative_to(ROOT).as_posix() != "minibert/coursework/runner.py"]
     assert bundled_prediction == (str(len(modules) - 1), "door")          # minibert/__init__.py is the root
 
 

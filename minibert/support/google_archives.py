@@ -63,7 +63,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from minibert.support.errors import MiniBertError
 
