@@ -267,8 +267,8 @@ def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, 
 def corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, generator):
     """BERT's 80/10/10 rule ([BERT] 3.1 and A.1): each chosen position becomes
     [MASK] with probability 0.8, a random normal token (ids first_normal_id ..
-    vocab_size - 1, never a special token) with 0.1, and stays unchanged with
-    0.1. The model cannot tell which of its inputs were replaced, so it must
+    vocab_size - 1, never a special token: `normal_ids`) with 0.1, and stays
+    unchanged with 0.1. The model cannot tell which of its inputs were replaced, so it must
     keep a good representation of every token, not just of [MASK].
 
     Draw from `generator`, in this order, one uniform number per position
@@ -286,6 +286,17 @@ def corrupt_chosen(input_ids, chosen, mask_id, first_normal_id, vocab_size, gene
     # end exercise
 
 
+def normal_ids(special_ids, vocab_size):
+    """(first, end): the longest run of ids first .. end - 1 holding no
+    special token, from which the 10% random replacements are drawn. BERT's
+    special tokens come first ([PAD] 0 .. [MASK] 103 in Google's vocabularies,
+    0 .. 4 in minibert's), DeBERTa v3's [MASK] comes last (128000), so neither
+    "after the last special id" nor "up to the vocabulary size" fits both."""
+    bounds = [-1, *sorted(special_ids), vocab_size]
+    gaps = [(bounds[i] + 1, bounds[i + 1]) for i in range(len(bounds) - 1)]
+    return max(gaps, key=lambda gap: gap[1] - gap[0])
+
+
 class PretrainingBatches:
     """Global batch number -> dict of tensors, deterministic (see module docstring).
 
@@ -301,7 +312,8 @@ class PretrainingBatches:
         self.max_seq_len, self.batch_size, self.seed = max_seq_len, batch_size, seed
         self.pair_objective, self.mask_prob, self.whole_word = pair_objective, mask_prob, whole_word
         self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
-        self.mask_ids = (tokenizer.mask_id, tokenizer.vocab_size, max(tokenizer.special_ids) + 1)
+        first_normal_id, end = normal_ids(tokenizer.special_ids, tokenizer.vocab_size)
+        self.mask_ids = (tokenizer.mask_id, end, first_normal_id)
         self.is_continuation = torch.tensor(continuation_flags(tokenizer), dtype=torch.bool)
         self.batches_per_epoch = len(blocks) // batch_size
         if self.batches_per_epoch == 0:

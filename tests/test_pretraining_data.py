@@ -7,7 +7,7 @@ token and 10% left as they are.
 import pytest
 import torch
 
-from minibert.pretraining_data import corrupt_chosen, mask_tokens, split_sentences
+from minibert.pretraining_data import corrupt_chosen, mask_tokens, normal_ids, split_sentences
 
 
 def test_sentence_splitter_keeps_abbreviation_free_sentences_apart():
@@ -137,3 +137,10 @@ def test_exercise_mlm_masking_decides_each_fate_with_one_uniform_draw():
     wrong = chosen & (fate != found)
     assert not wrong.any(), (f"{int(wrong.sum())} of {int(chosen.sum())} chosen positions do not follow the one "
                              f"draw; the first, {wrong.nonzero()[0].tolist()}: draw {roll[wrong][0].item():.3f}")
+
+
+def test_random_replacements_come_from_the_longest_run_of_normal_ids():
+    assert normal_ids({0, 1, 2, 3, 4}, 12000) == (5, 12000)                   # minibert's vocabularies
+    assert normal_ids({0, 100, 101, 102, 103}, 30522) == (104, 30522)          # Google's: [unused0..98] below
+    assert normal_ids({0, 1, 2, 3, 128000}, 128001) == (4, 128000)             # DeBERTa v3: [MASK] last
+
