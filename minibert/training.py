@@ -22,8 +22,6 @@ the optimizer, the schedule and the step number to resume bit for bit.
 import contextlib
 import math
 import os
-import re
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,7 @@ from tqdm.auto import tqdm                   # a widget in a notebook, text in a
 
 from minibert.support.devices import choose_device, move_to_device
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import save_torch
+from minibert.support.fileio import remove_leftovers, save_torch
 from minibert.support.seeds import seed_from
 
 # ----------------------------------------------------------------------------
@@ -202,38 +200,6 @@ def save_checkpoint(path, model, optimizer, scheduler, step, run_config):
     save_torch(path, state)
 
 
-def process_is_alive(pid):
-    """Is process `pid` running on this machine? (Signal 0 checks without sending anything.)"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:      # it exists, but belongs to another user
-        return True
-    return True
-
-
-def remove_stale_temporary_files(path):
-    """Remove what a killed writer left next to `path`: atomic_write writes
-    into `.NAME.PID.HEX.tmp` (fileio.temporary_name) and renames it onto NAME
-    at the end, so a process killed half-way through a checkpoint leaves that
-    file behind for good. Only those of processes that are gone are removed:
-    a live PID may be another run writing right now. Returns the names removed."""
-    path = Path(path)
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]+\.tmp")
-    removed = []
-    for candidate in sorted(path.parent.glob(f".{path.name}.*.tmp")):
-        match = pattern.fullmatch(candidate.name)
-        if match is None or process_is_alive(int(match.group(1))):
-            continue
-        if candidate.is_dir():   # a folder written the same way (pretraining.save_model_folder)
-            shutil.rmtree(candidate, ignore_errors=True)
-        else:
-            candidate.unlink(missing_ok=True)
-        removed.append(candidate.name)
-    return removed
-
-
 # What a checkpoint's run_config must share with the run that resumes it.
 # `settings` holds, under each flag's name, every other setting that shapes
 # the run (learning rate, data file, task, ...): the caller decides which.
@@ -378,7 +344,7 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
     start_step = 0
     checkpoint_path = Path(checkpoint_path)
     if context.is_main:
-        stale = remove_stale_temporary_files(checkpoint_path)
+        stale = remove_leftovers(checkpoint_path)
         if stale:
             tqdm.write(f"removed {len(stale)} unfinished checkpoint file(s) left by a killed run: {', '.join(stale)}")
     if resume:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write
+from minibert.support.fileio import atomic_write, process_is_alive, remove_leftovers
 
 
 def test_a_symbolic_link_is_refused_and_left_pointing_where_it_did(tmp_path):
@@ -49,3 +49,16 @@ def test_a_file_size_limit_is_one_line_and_keeps_the_previous_file(tmp_path):
     assert done.stdout.strip() == f"{tmp_path / 'out.bin'}: cannot write it (File too large); the previous file is unchanged"
     assert (tmp_path / "out.bin").read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+def test_temporary_files_of_dead_writers_are_removed_and_those_of_live_ones_kept(tmp_path):
+    finished = subprocess.Popen([sys.executable, "-c", "None"])
+    finished.wait()                                                     # its PID is no process now
+    assert process_is_alive(os.getpid()) and not process_is_alive(finished.pid)
+    dead = tmp_path / f".checkpoint.pt.{finished.pid}.0badc0de.tmp"
+    live = tmp_path / f".checkpoint.pt.{os.getpid()}.0000cafe.tmp"
+    other = tmp_path / f".other.pt.{finished.pid}.0badc0de.tmp"          # not this checkpoint's
+    for path in (dead, live, other):
+        path.write_bytes(b"part of a file")
+    assert remove_leftovers(tmp_path / "checkpoint.pt") == [dead.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])

@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
 from minibert.training import (AdamW, BertAdam, Context, TrainingConfig, adamw_update, evaluation_line, load_checkpoint,
-                               make_optimizer, parameter_groups, process_is_alive, progress_postfix,
-                               remove_stale_temporary_files, rows_for_rank, train, warmup_then_linear_decay)
+                               make_optimizer, parameter_groups, progress_postfix, rows_for_rank, train,
+                               warmup_then_linear_decay)
 from tiny_models import BagOfWordsClassifier, random_batch, small_config
 
 CPU = Context(torch.device("cpu"))
@@ -413,19 +413,6 @@ def test_a_damaged_checkpoint_is_a_one_line_minibert_error(tmp_path):
     path.write_bytes(b"half a checkpoint")
     with pytest.raises(MiniBertError, match="checkpoint.pt: cannot read training checkpoint"):
         load_checkpoint(path)
-
-
-def test_temporary_files_of_dead_writers_are_removed_and_those_of_live_ones_kept(tmp_path):
-    finished = subprocess.Popen([sys.executable, "-c", "None"])
-    finished.wait()                                                     # its PID is no process now
-    assert process_is_alive(os.getpid()) and not process_is_alive(finished.pid)
-    dead = tmp_path / f".checkpoint.pt.{finished.pid}.0badc0de.tmp"
-    live = tmp_path / f".checkpoint.pt.{os.getpid()}.0000cafe.tmp"
-    other = tmp_path / f".other.pt.{finished.pid}.0badc0de.tmp"          # not this checkpoint's
-    for path in (dead, live, other):
-        path.write_bytes(b"part of a file")
-    assert remove_stale_temporary_files(tmp_path / "checkpoint.pt") == [dead.name]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
 
 
 # ----------------------------------------------------------------------------

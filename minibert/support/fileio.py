@@ -28,7 +28,9 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
+import shutil
 from pathlib import Path
 
 from minibert.support.errors import MiniBertError
@@ -41,6 +43,46 @@ def temporary_name(path):
     """A fresh hidden name next to `path`, e.g. `.model.safetensors.1234.9f2c.tmp`."""
     path = Path(path)
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+# What a writer leaves while it works, named after its process: temporary_name's
+# .NAME.PID.HEX.tmp, and folders.write_folder's .FOLDER.PID.HEX.old (the old
+# folder between its two renames). A kill leaves them behind for good.
+LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.(?P<kind>tmp|old)")
+
+
+def process_is_alive(pid):
+    """Is process `pid` running on this machine? (Signal 0 checks without sending anything.)"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):   # it exists, but belongs to another user; or not a pid at all
+        return True
+    return True
+
+
+def remove_leftovers(path):
+    """Remove the .NAME.PID.HEX.tmp files (or folders) that killed writers
+    left next to `path`; a live PID's are kept: it may be writing right now.
+    Returns the names removed."""
+    path = Path(path)
+    removed = []
+    for candidate in sorted(path.parent.glob(f".{glob_escape(path.name)}.*.tmp")):
+        match = LEFTOVER.fullmatch(candidate.name)
+        if match is None or match["name"] != path.name or process_is_alive(int(match["pid"])):
+            continue
+        if candidate.is_dir():
+            shutil.rmtree(candidate, ignore_errors=True)
+        else:
+            candidate.unlink(missing_ok=True)
+        removed.append(candidate.name)
+    return removed
+
+
+def glob_escape(name):
+    """`name` with glob's special characters taken literally."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def fsync_folder(folder):

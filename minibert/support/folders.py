@@ -14,21 +14,13 @@ MiniBertError line naming the file.
 
 import contextlib
 import os
-import re
 import shutil
 from pathlib import Path
 
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import DISK_FULL, fsync_folder, read_json_object, temporary_name, write_json
-
-# What write_folder leaves next to FOLDER while it works, named after the
-# process that writes it (fileio.temporary_name):
-#   .FOLDER.PID.HEX.tmp   the new folder being written
-#   .FOLDER.PID.HEX.old   the old folder, between the two renames
-# and what atomic_write leaves inside FOLDER: .FILE.PID.HEX.tmp.
-LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.(?P<kind>tmp|old)")
-
+from minibert.support.fileio import (DISK_FULL, LEFTOVER, fsync_folder, glob_escape, process_is_alive, read_json_object,
+                                     temporary_name, write_json)
 
 def write_folder(folder, write_into, leave_behind=()):
     """Write a model folder as one unit: write_into(staging) fills a hidden
@@ -115,22 +107,6 @@ def recover_folder(folder):
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
                 done.append(f"{folder.name}/{entry.name}")
     return done
-
-
-def glob_escape(name):
-    """`name` with glob's special characters taken literally."""
-    return re.sub(r"([*?\[])", r"[\1]", name)
-
-
-def process_is_alive(pid):
-    """Is process `pid` running on this machine? (Signal 0 checks without sending anything.)"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):   # it exists, but belongs to another user; or not a pid at all
-        return True
-    return True
 
 
 def save_weights(module, path):
