@@ -39,6 +39,7 @@ from minibert.support.distillation_run import Teacher, describe_run, parameter_c
 from minibert.support.distillation_settings import (DistillationSettings, check_files, check_run,  # noqa: F401
                                                     check_teacher_folder, is_pair_task, pos_file_path)
 from minibert.support.errors import MiniBertError
+from minibert.support.outputs import CHECKPOINT
 from minibert.support.seeds import seed_from
 from minibert.support.student_batches import collate_student
 from minibert.support.student_folder import STUDENT_FILE, load_student, previous_best, save_student  # noqa: F401
@@ -331,7 +332,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
         tqdm.write(describe_run(task, record, len(batches), total_steps, counts))
     train_started = time.time()
     objective = DistillationObjective(settings.alpha, settings.distill_term, settings.unlabelled_target)
-    summary = train(model, batches, objective, config, context, output / "checkpoint.pt",
+    summary = train(model, batches, objective, config, context, output / CHECKPOINT,
                     run_config=resume_config(task, settings, total_steps, model, tokenizer, record),
                     evaluate=best_epoch if eval_examples is not None else None, resume=resume,
                     progress=progress, optimizer_factory=optimizer_factory(settings))
@@ -339,7 +340,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     if context.is_main and eval_examples is None:
         save_student(model, tokenizer, task, output, record)
     if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
-        (output / "checkpoint.pt").unlink(missing_ok=True)     # finished: nothing left to resume
+        (output / CHECKPOINT).unlink(missing_ok=True)     # finished: nothing left to resume
     best, best_epoch_number = previous_best(output, task.main_metric)     # the folder holds the best epoch
     summary.update(record, task=task.name, best=best, best_epoch=best_epoch_number,
                    epochs_history=best_epoch.history, teacher_metrics=teacher_metrics, train_seconds=train_seconds,

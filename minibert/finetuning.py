@@ -62,6 +62,7 @@ from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
 from minibert.support.folders import check_task_record, load_weights, read_record, write_folder, write_record
+from minibert.support.outputs import CHECKPOINT
 from minibert.support.seeds import generator_for
 from minibert.tasks.registry import TASK_NAMES
 from minibert.tokenization import load_tokenizer
@@ -365,7 +366,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
                    f"{len(batches):,} batches per epoch, {total_steps:,} steps")
     started = time.time()
     try:
-        summary = train(model, batches, objective, config, context, output / "checkpoint.pt",
+        summary = train(model, batches, objective, config, context, output / CHECKPOINT,
                         run_config=run_config, evaluate=best_epoch if eval_features is not None else None,
                         resume=resume, progress=progress)
     finally:
@@ -374,7 +375,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     if context.is_main and eval_features is None:
         save_task_model(model, task, tokenizer, output, settings)
     if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
-        (output / "checkpoint.pt").unlink(missing_ok=True)     # finished: nothing left to resume
+        (output / CHECKPOINT).unlink(missing_ok=True)     # finished: nothing left to resume
     summary.update(task=task.name, seconds=time.time() - started, epochs_history=best_epoch.history,
                    best=best_epoch.best, steps_per_epoch=len(batches))
     return summary

@@ -39,7 +39,7 @@ from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.folders import recover_folder, write_folder
-from minibert.support.outputs import file_identity
+from minibert.support.outputs import CHECKPOINT, file_identity
 from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
@@ -47,7 +47,6 @@ from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_tok
 from minibert.tokenization import _wordpiece_from_vocab, wordpiece_tokenizer
 from minibert.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
 
-CHECKPOINT = "checkpoint.pt"
 # [CLS] A [SEP] B [SEP]: sequences are packed with max_seq_len - 3 tokens of text (pack_blocks).
 MIN_SEQ_LEN = 4
 
