@@ -249,11 +249,12 @@ def deberta_config_from_flags(args, vocab_size, pad_token_id):
 def main(argv=None):
     args = parse_args(argv)
     from minibert.support.fileio import write_json
-    from minibert.pretraining import (can_resume, check_max_seq_len, check_output_folder, check_pair_objective,
+    from minibert.pretraining import (check_max_seq_len, check_output_folder, check_pair_objective,
                                       is_deberta, pretrain, read_model_config, split_heldout, text_files)
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.
-    from minibert.support.outputs import check_apart_from_inputs, check_not_in_model_folder, check_output_files
+    from minibert.support.outputs import (check_apart_from_inputs, check_not_in_model_folder, check_output_files,
+                                          resume_from_checkpoint)
     inputs = {"--corpus": args.corpus, "--heldout-corpus": args.heldout_corpus, "--vocab": args.vocab,
               "--config": args.config}
     check_output_files(args, inputs, owned={"--output": args.output, "--cache-dir": args.cache_dir})
@@ -281,7 +282,7 @@ def main(argv=None):
     pair = choose_pair_objective(args, config)
     if config is not None:
         check_pair_objective(config, pair)
-    resume = args.resume and can_resume(args.output)
+    resume = args.resume and resume_from_checkpoint(args.output)
 
     tokenizer = choose_tokenizer(args, corpus, resume)
     if config is None:

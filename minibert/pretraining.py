@@ -26,7 +26,6 @@ folder with a new vocabulary.
 """
 
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.folders import recover_folder, write_folder
-from minibert.support.outputs import CHECKPOINT, file_identity
+from minibert.support.outputs import CHECKPOINT, file_identity, resume_from_checkpoint
 from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
 from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
@@ -181,17 +180,6 @@ def check_output_folder(output, resume=False, force=False):
         raise MiniBertError(f"--output {output}: folder is not empty ({', '.join(others[:3])}"
                             f"{', ...' if len(others) > 3 else ''}) and holds no checkpoint to --resume; "
                             f"choose a new folder, or pass --force to write into it")
-
-
-def can_resume(output):
-    """--resume with a checkpoint to resume from. A run killed before its
-    first checkpoint has none: it starts again from step 0, and says so."""
-    if (Path(output) / CHECKPOINT).is_file():
-        return True
-    if os.environ.get("RANK", "0") == "0":    # torchrun starts several processes: one line is enough
-        print(f"--resume: {output} holds no checkpoint yet (the run stopped before its first one); "
-              f"starting from step 0")
-    return False
 
 
 def resume_tokenizer(output, do_lower_case, vocab_file=None):
@@ -349,7 +337,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                             checkpoint_every=checkpoint_every, max_minutes=max_minutes, bf16=bf16,
                             optimizer=optimizer)
     checkpoint_path = output / CHECKPOINT
-    resume = resume and can_resume(output)
+    resume = resume and resume_from_checkpoint(output)
     start = load_checkpoint(checkpoint_path)["step"] if resume else 0
     batches = train_batches
     if num_workers > 0:

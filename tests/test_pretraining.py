@@ -301,7 +301,8 @@ def test_resume_without_a_checkpoint_starts_from_step_0_and_says_so(tmp_path, ca
     code, out, err = train_mlm(capsys, files, run, "--steps", "2", "--resume", "--keep-checkpoint")
     assert code == 0, err
     assert [line for line in out.splitlines() if "no checkpoint" in line] == [
-        f"--resume: {run} holds no checkpoint yet (the run stopped before its first one); starting from step 0"]
+        f"--resume: {run} holds no checkpoint.pt (the run stopped before its first one, or finished and removed it); "
+        f"starting from step 0"]
     assert load_checkpoint(run / "checkpoint.pt")["step"] == 2
 
 

@@ -13,6 +13,7 @@ file. Before any slow work they check that this place
 A model folder is recognised by its files (MODEL_FILES), not by its name.
 """
 
+import os
 from pathlib import Path
 
 from minibert.support.errors import MiniBertError
@@ -155,6 +156,8 @@ def resume_from_checkpoint(output):
     starts again from step 0, and says so."""
     if (Path(output) / CHECKPOINT).is_file():
         return True
+    if os.environ.get("RANK", "0") != "0":      # torchrun starts several processes: one line is enough
+        return False
     print(f"--resume: {output} holds no {CHECKPOINT} (the run stopped before its first one, or finished and "
           f"removed it); starting from step 0")
     return False
