@@ -185,7 +185,7 @@ def choose_tokenizer(args, corpus, resume):
     trained on the corpus (deterministic: the same corpus gives the same one).
     Nothing is written to --output here: the tokenizer files go there with
     the model, once the run has finished."""
-    from minibert.pretraining import resume_tokenizer
+    from minibert.runs.pretraining import resume_tokenizer
     from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
     lower = not args.cased
     if resume:
@@ -204,7 +204,7 @@ def choose_tokenizer(args, corpus, resume):
 def choose_pair_objective(args, config):
     """--pair-objective, with auto resolved: nsp for BERT, sop for ALBERT,
     none for DeBERTa (MLM only). `config` is --config's, or None."""
-    from minibert.pretraining import is_deberta
+    from minibert.runs.pretraining import is_deberta
     if args.pair_objective != "auto":
         return args.pair_objective
     if args.arch == "deberta" or is_deberta(config):
@@ -249,7 +249,7 @@ def deberta_config_from_flags(args, vocab_size, pad_token_id):
 def main(argv=None):
     args = parse_args(argv)
     from minibert.support.fileio import write_json
-    from minibert.pretraining import (check_max_seq_len, check_output_folder, check_pair_objective,
+    from minibert.runs.pretraining import (check_max_seq_len, check_output_folder, check_pair_objective,
                                       is_deberta, pretrain, read_model_config, split_heldout, text_files)
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.

@@ -110,3 +110,12 @@ def test_tokenization_and_checkpoints_share_hub_and_protobuf_from_below():
     assert not any(name.startswith("minibert.") and not name.startswith("minibert.support.")
                    for name in graph["minibert.support.sentencepiece_model"] | graph["minibert.support.tokenizer_files"])
     assert not any(name.startswith("minibert.checkpoints") for name in graph["minibert.support.hub"])
+
+
+def test_no_lesson_imports_a_run():
+    # A run (minibert/runs/) sits above its lesson: it calls the lesson's functions, never the reverse.
+    graph = import_graph()
+    for name, imported in graph.items():
+        if not name.startswith(("minibert.runs", "minibert.coursework")):
+            assert not {m for m in imported if m.startswith("minibert.runs")}, f"{name} imports a run"
+    assert "minibert.pretraining" in graph["minibert.runs.pretraining"]

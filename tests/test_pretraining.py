@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModel
-from minibert.pretraining import MaskedLMObjective, masked_lm_loss, pretrain
+from minibert.pretraining import MaskedLMObjective, masked_lm_loss
+from minibert.runs.pretraining import pretrain
 from minibert.pretraining_data import build_token_cache, check_token_cache, tokenizer_fingerprint
 from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
 from minibert.training import load_checkpoint
@@ -160,7 +161,8 @@ def test_bundled_model_predicts_masked_tokens_of_a_held_out_book(tmp_path):
     """Alice in Wonderland was held out of the bundled model's training: its
     masked-token accuracy there should be near the model card's 52.6%."""
     from minibert.checkpoints import load_pretrained
-    from minibert.pretraining import corpus_batches, evaluate_mlm
+    from minibert.pretraining import evaluate_mlm
+    from minibert.runs.pretraining import corpus_batches
     from minibert.tokenization import load_tokenizer
     tokenizer = load_tokenizer()
     batches = corpus_batches([SHARED_CORPUS / "pg11_alice_in_wonderland.txt"], tokenizer, tmp_path, 128, 32,
@@ -237,7 +239,7 @@ def test_a_damaged_token_cache_marker_is_rebuilt_or_reported(corpus_and_tokenize
 
 
 def test_the_final_save_replaces_the_whole_model_or_nothing(corpus_and_tokenizer, tmp_path, monkeypatch):
-    from minibert import pretraining
+    from minibert.runs import pretraining
     files, tokenizer = corpus_and_tokenizer
     run = tmp_path / "run"
     run_pretrain(files, tokenizer, run, steps=2)                       # a model, its checkpoint and its cache

@@ -15,14 +15,16 @@ from pathlib import Path
 from minibert.coursework.exercises import CourseworkError, assignment, blank, find_regions
 from minibert.support.fileio import temporary_name
 
-SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", "runs", "cache", ".benchmarks", ".venv", "venv", ".tox",
-                "build", "dist", ".mypy_cache", ".ipynb_checkpoints"}
+SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", ".benchmarks", ".venv", "venv", ".tox", "build", "dist",
+                ".mypy_cache", ".ipynb_checkpoints"}
+# The repository's own scratch folders, skipped at its root only (minibert/runs/ is code).
+SKIPPED_AT_ROOT = {"runs", "cache"}
 
 
 def _skipped(relative):
     parts = Path(relative).parts
     return (any(part in SKIPPED_DIRS or part.endswith(".egg-info") for part in parts[:-1])
-            or relative.endswith((".pyc", ".pyo")) or parts[-1] in SKIPPED_DIRS)
+            or parts[0] in SKIPPED_AT_ROOT or relative.endswith((".pyc", ".pyo")) or parts[-1] in SKIPPED_DIRS)
 
 
 def repository_files(repo):
