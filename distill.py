@@ -49,12 +49,12 @@ examples:
 from pathlib import Path
 
 from minibert.support import cli
-from minibert.support.cli import ArgumentParser, HelpFormatter, run
+from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
 from minibert.tasks.registry import CLASSIFICATION
 
 TASKS = list(CLASSIFICATION)          # the sentence(-pair) classification tasks
 
-parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+parser = ArgumentParser(prog="distill.py", description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
 what.add_argument("--teacher", metavar="DIR", help="a finetune.py classifier folder to distil")
 what.add_argument("--no-teacher", action="store_true",
@@ -176,6 +176,7 @@ train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu,
 train.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+@script_main
 def main(argv=None):
     args = parser.parse_args(argv)
     if args.student:                              # flags that do not go together: usage errors (exit 2)

@@ -44,9 +44,9 @@ examples:
 """
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, make_parent_folder, output_file, output_folder,
-                                  positive_int, run)
+                                  positive_int, run, script_main)
 
-parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+parser = ArgumentParser(prog="duplicate.py", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
                     help="model folder, file inside one, hub id (owner/name[@revision]) or known name "
                          "(default: the bundled model)")
@@ -74,6 +74,7 @@ parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png"
                     help="--probe: plot both models' accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
 
 
+@script_main
 def main(argv=None):
     args = parser.parse_args(argv)
     from minibert import duplication

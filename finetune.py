@@ -52,10 +52,10 @@ examples:
 """
 
 from minibert.support import cli
-from minibert.support.cli import ArgumentParser, HelpFormatter, run
+from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
 from minibert.tasks.registry import TASK_NAMES
 
-parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+parser = ArgumentParser(prog="finetune.py", description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
 what.add_argument("--task", choices=TASK_NAMES, help="fine-tune on this task (needs --train and --output)")
 what.add_argument("--model", help="fine-tune: the pretrained model, a folder, hub id or known name (default: the "
@@ -132,6 +132,7 @@ SIFT_FLAGS = {"sift_lambda": "--sift-lambda", "sift_init_scale": "--sift-init-sc
               "sift_step_size": "--sift-step-size"}
 
 
+@script_main
 def main(argv=None):
     args = parser.parse_args(argv)
     for name, flag in SIFT_FLAGS.items():         # flags that do not go together: usage errors (exit 2)

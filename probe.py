@@ -25,9 +25,9 @@ made deeper by duplicate.py.
 """
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, device, make_parent_folder, non_negative_int, output_file,
-                          positive_float, positive_int, probability, run)
+                          positive_float, positive_int, probability, run, script_main)
 
-parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+parser = ArgumentParser(prog="probe.py", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
                     help="model folder, file inside one, hub id (owner/name[@revision]) or known name "
                          "(default: the bundled model)")
@@ -60,6 +60,7 @@ fit.add_argument("--fit-lr", type=positive_float, default=1e-3, metavar="LR", he
 fit.add_argument("--fit-batch-size", type=positive_int, default=256, metavar="N", help="token positions per step")
 
 
+@script_main
 def main(argv=None):
     args = parser.parse_args(argv)
     from minibert.support.outputs import check_output_files

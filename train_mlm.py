@@ -47,7 +47,7 @@ from pathlib import Path
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, device, int_at_least, make_parent_folder, non_negative_float,
                           non_negative_int, output_file, output_folder, positive_float, positive_int, probability,
-                          run)
+                          run, script_main)
 from minibert.support.errors import MiniBertError
 
 # A model built from the flags has BERT's 512 positions (--config can say otherwise).
@@ -57,7 +57,7 @@ DEBERTA_POSITION_BUCKETS = 256
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(prog="train_mlm.py", description=__doc__, formatter_class=HelpFormatter)
     data = p.add_argument_group("data")
     data.add_argument("--corpus", nargs="+", required=True,
                       help="text files or folders of *.txt files: one paragraph per line, documents separated by files "
@@ -246,6 +246,7 @@ def deberta_config_from_flags(args, vocab_size, pad_token_id):
                          position_buckets=args.position_buckets, share_att_key=True, norm_rel_ebd="layer_norm")
 
 
+@script_main
 def main(argv=None):
     args = parse_args(argv)
     from minibert.support.fileio import write_json

@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 
 from minibert.model import ACTIVATIONS, attention, merge_heads, split_heads
-from minibert.support.cli import ArgumentParser, HelpFormatter, make_parent_folder, output_file, positive_int, run
+from minibert.support.cli import (ArgumentParser, HelpFormatter, make_parent_folder, output_file, positive_int, run,
+                                  script_main)
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
 
@@ -464,6 +465,7 @@ parser.add_argument("--written-out", action="store_true",
 parser.add_argument("--json", type=output_file, default=None, metavar="FILE", help="write every number as JSON")
 
 
+@script_main
 def main(argv=None):
     args = parser.parse_args(argv)
     if not args.sentence.strip():

@@ -6,6 +6,7 @@ is one `error:` line, exit 1."""
 import argparse
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +172,33 @@ def test_the_name_map_command_prints_its_table_without_a_warning():
                           text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert "albert.embeddings.word_embeddings.weight" in done.stdout
+
+
+@pytest.mark.parametrize("script", ["train_mlm.py", "probe.py", "duplicate.py", "finetune.py", "distill.py"])
+def test_a_script_main_called_from_python_returns_instead_of_exiting(script, capsys):
+    # What a notebook does: import the script and call main(argv). --help returns 0,
+    # a bad flag is an exception to read; only run (the command line) exits.
+    import importlib.util
+    from helpers import REPO
+    spec = importlib.util.spec_from_file_location(Path(script).stem + "_script", REPO / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith(f"usage: {script}")      # its own name, not the kernel's
+    with pytest.raises(cli.UsageError, match=re.escape(f"(see {script} --help)")):
+        module.main(["--bogus"])
+    with pytest.raises(SystemExit) as exit_info:                         # the command line keeps its statuses
+        cli.run(module.main, ["--help"])
+    assert exit_info.value.code == 0
+
+
+def test_a_script_main_releases_its_output_lock_when_it_returns(tmp_path):
+    from minibert.support.folders import HELD_LOCKS, lock_output
+
+    @cli.script_main
+    def main(argv):
+        lock_output(tmp_path / argv[0])
+        assert len(HELD_LOCKS) == 1
+        return 3
+    assert main(["out"]) == 3 and main(["out"]) == 3      # the second call is not refused by the first's lock
+    assert not HELD_LOCKS and not (tmp_path / ".out.lock").exists()

@@ -1,13 +1,20 @@
 """What every command-line script shares: one-line errors, and exit statuses
 that say whose mistake it was.
 
-    parser = ArgumentParser(description=__doc__)
+    parser = ArgumentParser(prog="script.py", description=__doc__)
     ...
+    @script_main
     def main(argv=None):
         args = parser.parse_args(argv)
         ...
+        return 0
     if __name__ == "__main__":
         run(main)
+
+`run` is the one place that exits: called from Python (a notebook, a test),
+`main(["--flag", "value"])` returns its status, `--help` included, and
+raises a bad flag or a bad file as an exception (UsageError, MiniBertError)
+for the caller to see, never SystemExit.
 
 A mistake on the command line itself (an unknown flag, a missing required
 flag, a flag's invalid value, flags that do not go together) is a usage
@@ -29,6 +36,7 @@ rate trains quietly on NaNs):
 """
 
 import argparse
+import functools
 import math
 import sys
 import tempfile
@@ -51,6 +59,36 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)", self.format_usage())
+
+    def exit(self, status=0, message=None):
+        # argparse calls this after --help has printed the help; script_main
+        # turns it into main's return value, run into the exit status.
+        if message:
+            print(message, file=sys.stderr, end="")
+        raise ParserExit(status)
+
+
+class ParserExit(SystemExit):
+    """argparse has finished the run by itself (--help): a SystemExit, so code
+    that does not know it still exits as argparse does."""
+
+
+def script_main(main):
+    """Make a script's main(argv) callable from Python (a notebook, a test):
+    it returns its exit status (0 after --help) instead of exiting, and
+    releases the --output locks it took (support/folders.lock_output), so the
+    next call in the same process may write the same folder. Errors stay
+    exceptions: `run` is the one place that turns them into exit statuses."""
+    @functools.wraps(main)
+    def called(argv=None):
+        from minibert.support.folders import release_locks
+        try:
+            return main(argv) or 0
+        except ParserExit as e:
+            return e.code
+        finally:
+            release_locks()
+    return called
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
