@@ -168,8 +168,7 @@ train.add_argument("--keep-checkpoint", action="store_true",
                    help="keep OUTPUT/checkpoint.pt after the run has finished (three times the student's size: the "
                         "weights and the optimizer's two running averages); by default it is removed once the "
                         "student is saved (a run stopped by --max-minutes always keeps it, to --resume)")
-cli.add_bf16(train, "the forward passes of the teacher and the student (training) and of the student "
-                    "(evaluating, predicting)")
+cli.add_bf16(train, "the teacher and the student (training), the student (evaluating, predicting)")
 train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
 train.add_argument("--quiet", action="store_true", help="no progress bars")
 

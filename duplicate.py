@@ -72,7 +72,7 @@ parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
                          "format (accuracies in percent)")
 parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
                     help="--probe: plot both models' accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
-add_bf16(parser, "--probe's forward passes (the written model is float32 either way)")
+add_bf16(parser, "--probe's runs of both models (the written model is float32 either way)")
 
 
 def main(argv=None):

@@ -93,7 +93,7 @@ train.add_argument("--optimizer", choices=("adamw", "bert-adam"), default="adamw
 train.add_argument("--seed", type=cli.seed, default=0, help="random seed (data order, dropout, head init, split)")
 train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
-cli.add_bf16(train, "the forward passes of fine-tuning, evaluating and predicting (--ensemble: of every member)")
+cli.add_bf16(train, "the model in fine-tuning, evaluating and predicting (--ensemble: every member)")
 train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
 train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint) after this much time")
 train.add_argument("--keep-checkpoint", action="store_true",

@@ -49,7 +49,7 @@ parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
 parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
                     help="plot accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
 parser.add_argument("--device", type=device, default="cpu", help="cpu, cuda, mps or auto")
-add_bf16(parser, "the model's and the MLM head's forward passes (and --fit-head's)")
+add_bf16(parser, "the model and the MLM head (fitting one with --fit-head too)")
 fit = parser.add_argument_group(
     "fitting a head (for encoders without an MLM head)",
     "A fresh MLM head (dense, LayerNorm, output bias; decoder tied to the frozen word\n"

@@ -143,7 +143,7 @@ def parse_args(argv=None):
                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1 ...")
     train.add_argument("--num-workers", type=non_negative_int, default=0,
                        help="processes preparing batches ahead (default 0)")
-    add_bf16(train, "the training forward passes")
+    add_bf16(train, "the model in training")
     train.add_argument("--keep-checkpoint", action="store_true",
                        help="keep OUTPUT/checkpoint.pt (three times the model's size: the weights and Adam's two "
                             "moments) and OUTPUT/cache after the run has finished; by default both are removed once "

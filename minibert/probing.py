@@ -340,7 +340,7 @@ def fit_mlm_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=
     no_grad, for every real token of `sentences` (memory: tokens x H floats),
     and the head trains on random minibatches of `batch_size` token positions.
 
-    bf16: the encoder and the head's forward passes run under bfloat16
+    bf16: the encoder and the head run under bfloat16
     autocast (the head's weights stay float32; the loss is float32's).
 
     Returns (head in eval mode, final training loss)."""

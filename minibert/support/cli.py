@@ -164,7 +164,7 @@ def probability(include_zero=False, include_one=True):
     return float_in(0, 1, include_low=include_zero, include_high=include_one, kind="probability")
 
 
-def add_bf16(group, runs="every forward pass"):
+def add_bf16(group, runs="every model it runs"):
     """The --bf16 flag, with the one meaning every script gives it
     (support/devices.autocast). `runs`: what the flag puts under autocast."""
     group.add_argument("--bf16", action="store_true",
