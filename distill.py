@@ -168,10 +168,7 @@ train.add_argument("--keep-checkpoint", action="store_true",
                    help="keep OUTPUT/checkpoint.pt after the run has finished (three times the student's size: the "
                         "weights and the optimizer's two running averages); by default it is removed once the "
                         "student is saved (a run stopped by --max-minutes always keeps it, to --resume)")
-train.add_argument("--bf16", action="store_true",
-                   help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX) for the teacher's and the student's "
-                        "forward passes; weights stay float32 (as finetune.py --bf16; without it, float32 "
-                        "throughout)")
+cli.add_bf16(train, "the teacher and the student (training), the student (evaluating, predicting)")
 train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
 train.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -323,7 +320,7 @@ def predict_or_evaluate(args):
     model, tokenizer, task = distillation.load_student(args.student)
     examples = task.read(path)
     predictions = distillation.predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,
-                                               device=args.device, progress=not args.quiet)
+                                               device=args.device, progress=not args.quiet, bf16=args.bf16)
     if args.predict:
         cli.make_parent_folder(output)
         task.write_predictions(examples, predictions, output)
@@ -333,11 +330,12 @@ def predict_or_evaluate(args):
             print(f"{task.main_metric} {score:.2f} on {path} (its gold answers)")
         return 0
     metrics = task.metrics(examples, predictions)
-    print(format_metrics(metrics, f"{task.name} on {path} (student {args.student})"))
+    print(format_metrics(metrics, f"{task.name} on {path} (student {args.student})"
+                                  + (" under bfloat16 autocast" if args.bf16 else "")))
     if args.json:
         cli.make_parent_folder(args.json)
         write_json(args.json, {"task": task.name, "evaluated_on": str(path), "models": [str(args.student)],
-                               **metrics})
+                               "bf16": args.bf16, **metrics})
     return 0
 
 

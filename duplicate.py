@@ -43,8 +43,8 @@ examples:
   python duplicate.py --model DEBERTA_DIR --duplicate 0,1 --output deberta-deeper/
 """
 
-from minibert.support.cli import (ArgumentParser, HelpFormatter, make_parent_folder, output_file, output_folder,
-                                  positive_int, run, script_main)
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, make_parent_folder, output_file,
+                                  output_folder, positive_int, run, script_main)
 
 parser = ArgumentParser(prog="duplicate.py", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
@@ -72,6 +72,7 @@ parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
                          "format (accuracies in percent)")
 parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
                     help="--probe: plot both models' accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
+add_bf16(parser, "--probe's runs of both models (the written model is float32 either way)")
 
 
 @script_main
@@ -83,6 +84,8 @@ def main(argv=None):
 
     if (args.json or args.plot) and not args.probe:
         raise MiniBertError(f"{'--json' if args.json else '--plot'} writes the probe's results: add --probe")
+    if args.bf16 and not args.probe:
+        raise MiniBertError("--bf16 runs the probe under bfloat16 autocast: add --probe")
     from minibert.support.outputs import check_not_in_model_folder, check_output_files
     check_output_files(args, {"--model": args.model, "--text": args.text}, owned={"--output": args.output})
     if args.plot:
@@ -124,13 +127,14 @@ def main(argv=None):
         tokenizer = load_tokenizer(model.source_dir)
         sentences = probing.read_sentences(args.text, args.max_sentences)
         before = probing.probe_model(model, tokenizer, sentences, batch_size=args.batch_size,
-                                     model_name=args.model or "the bundled model")
+                                     model_name=args.model or "the bundled model", bf16=args.bf16)
         descriptions = None if labels is None else probing.depth_descriptions(deeper.config, order=labels)
         after = probing.probe_model(deeper, tokenizer, sentences, batch_size=args.batch_size,
-                                    descriptions=descriptions, model_name=str(args.output))
+                                    descriptions=descriptions, model_name=str(args.output), bf16=args.bf16)
         print()
         print(f"MLM head on every layer, {before.sentences} sentences, {before.tokens} real tokens "
-              f"(top-1 / top-5 accuracy of reconstructing the input token, cross-entropy in nats)")
+              f"(top-1 / top-5 accuracy of reconstructing the input token, cross-entropy in nats"
+              f"{'; bfloat16 autocast' if args.bf16 else ''})")
         print(probing.format_side_by_side(before, after, "original", f"deeper ({depth} layers)"))
         results = {"original": before, "deeper": after}
         if args.json:

@@ -93,9 +93,7 @@ train.add_argument("--optimizer", choices=("adamw", "bert-adam"), default="adamw
 train.add_argument("--seed", type=cli.seed, default=0, help="random seed (data order, dropout, head init, split)")
 train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
-train.add_argument("--bf16", action="store_true",
-                   help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX); weights stay float32 (without it, "
-                        "float32 throughout, as train_mlm.py and distill.py --bf16)")
+cli.add_bf16(train, "the model in fine-tuning, evaluating and predicting (--ensemble: every member)")
 train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
 train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint) after this much time")
 train.add_argument("--keep-checkpoint", action="store_true",
@@ -291,7 +289,7 @@ def predict_or_evaluate(args):
     def held_out(task, examples):          # what fine-tuning with this --split-eval and --seed held out
         return split_for_evaluation(task, examples, args.split_eval, args.seed)[1]
     task, examples, predictions = finetuning.predict(folders, path, make_task, device=args.device,
-                                                     batch_size=args.eval_batch_size, progress=not args.quiet,
+                                                     batch_size=args.eval_batch_size, bf16=args.bf16, progress=not args.quiet,
                                                      overrides=overrides,
                                                      select=None if args.split_eval is None else held_out)
     check_answers(task, path, examples)
@@ -307,11 +305,12 @@ def predict_or_evaluate(args):
         return 0
     metrics = task.metrics(examples, predictions)
     title = f"{task.name} on {path}" + (f" (ensemble of {len(folders)})" if len(folders) > 1 else "")
+    title += " under bfloat16 autocast" if args.bf16 else ""
     print(format_metrics(metrics, title))
     if args.json:
         cli.make_parent_folder(args.json)
         write_json(args.json, {"task": task.name, "evaluated_on": str(path), "models": [str(f) for f in folders],
-                               **metrics})
+                               "bf16": args.bf16, **metrics})
     return 0
 
 

@@ -17,6 +17,7 @@ examples:
   python probe.py                                 # the bundled model, bundled sentences
   python probe.py --model DIR --show 2 --json probe.json --plot probe.png
   python probe.py --model DIR --mask-prob 0.15   # plus masked-LM accuracy, for context
+  python probe.py --model DIR --bf16             # under bfloat16 autocast (docs/results.md 2: its agreement)
   python probe.py --model all-MiniLM-DIR --fit-head corpus.txt
       # an encoder with no MLM head: fit one on its last layer, probe every layer
 
@@ -24,8 +25,8 @@ Works for BERT, ALBERT (layer 0 = the embeddings projected to H) and models
 made deeper by duplicate.py.
 """
 
-from minibert.support.cli import (ArgumentParser, HelpFormatter, device, make_parent_folder, non_negative_int, output_file,
-                          positive_float, positive_int, probability, run, script_main)
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, device, make_parent_folder, non_negative_int,
+                                  output_file, positive_float, positive_int, probability, run, script_main)
 
 parser = ArgumentParser(prog="probe.py", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
@@ -48,6 +49,7 @@ parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
 parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
                     help="plot accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
 parser.add_argument("--device", type=device, default="cpu", help="cpu, cuda, mps or auto")
+add_bf16(parser, "the model and the MLM head (fitting one with --fit-head too)")
 fit = parser.add_argument_group(
     "fitting a head (for encoders without an MLM head)",
     "A fresh MLM head (dense, LayerNorm, output bias; decoder tied to the frozen word\n"
@@ -82,7 +84,8 @@ def main(argv=None):
     if args.fit_head is not None:
         fit_sentences = probing.read_sentences(args.fit_head)
         head, loss = probing.fit_mlm_head(model, tokenizer, fit_sentences, steps=args.fit_steps, lr=args.fit_lr,
-                                          batch_size=args.fit_batch_size, seed=args.seed, device=device)
+                                          batch_size=args.fit_batch_size, seed=args.seed, device=device,
+                                          bf16=args.bf16)
         head_name = (f"fitted on {args.fit_head} (last layer only, unmasked reconstruction, {args.fit_steps} steps, "
                      f"final loss {loss:.3f})")
 
@@ -91,7 +94,8 @@ def main(argv=None):
     descriptions = None if layers_run is None else probing.depth_descriptions(model.config, order=layers_run)
     result = probing.probe_model(model, tokenizer, sentences, mlm_head=head, batch_size=args.batch_size,
                                  mask_prob=args.mask_prob, seed=args.seed, show=args.show, head_name=head_name,
-                                 descriptions=descriptions, model_name=name, device=device, progress=True)
+                                 descriptions=descriptions, model_name=name, device=device, progress=True,
+                                 bf16=args.bf16)
     print(probing.format_header(result))
     print()
     print(probing.format_table(result))

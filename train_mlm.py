@@ -45,9 +45,9 @@ import os
 import time
 from pathlib import Path
 
-from minibert.support.cli import (ArgumentParser, HelpFormatter, device, int_at_least, make_parent_folder, non_negative_float,
-                          non_negative_int, output_file, output_folder, positive_float, positive_int, probability,
-                          run, script_main)
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, device, int_at_least, make_parent_folder,
+                                  non_negative_float, non_negative_int, output_file, output_folder, positive_float,
+                                  positive_int, probability, run, script_main)
 from minibert.support.errors import MiniBertError
 
 # A model built from the flags has BERT's 512 positions (--config can say otherwise).
@@ -143,9 +143,7 @@ def parse_args(argv=None):
                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1 ...")
     train.add_argument("--num-workers", type=non_negative_int, default=0,
                        help="processes preparing batches ahead (default 0)")
-    train.add_argument("--bf16", action="store_true",
-                       help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX); weights stay float32 "
-                            "(as finetune.py --bf16; without it, float32 throughout)")
+    add_bf16(train, "the model in training")
     train.add_argument("--keep-checkpoint", action="store_true",
                        help="keep OUTPUT/checkpoint.pt (three times the model's size: the weights and Adam's two "
                             "moments) and OUTPUT/cache after the run has finished; by default both are removed once "

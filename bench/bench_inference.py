@@ -22,7 +22,13 @@ also carry the parent's RSS from the fork, and clear_refs cannot reset it).
 "weights" is the RSS after building the model, "peak" the peak RSS during the
 forward passes, "+fwd" their difference (the activations and logits).
 
-    python bench/bench_inference.py [--rounds 6] [--no-eager] [--json results.json]
+--bf16 adds a row under bfloat16 autocast (support/devices.autocast, what
+every minibert script's --bf16 means: weights stay float32) for minibert and
+for transformers (sdpa), timed in the same interleaved rounds as the fp32
+rows; their ratio compares the two bf16 rows, and the top-1 of each bf16 row
+is compared with its own fp32 top-1 at every real token (memory: fp32 only).
+
+    python bench/bench_inference.py [--rounds 6] [--no-eager] [--bf16] [--json results.json]
 """
 
 import argparse
@@ -42,6 +48,9 @@ from bench.common import environment, peak_rss_mib, start_peak_window  # noqa: E
 from minibert.checkpoints import build_and_fill  # noqa: E402
 from minibert.checkpoints.name_maps import normalize_hf_names  # noqa: E402
 from minibert.model import BertConfig, BertModel  # noqa: E402
+from minibert.support.devices import autocast  # noqa: E402
+
+BF16 = ", bf16"                                       # a row's name ends so when it runs under bf16 autocast
 
 VOCAB = 30522
 
@@ -66,11 +75,12 @@ def forward(name, model, batch, hidden_states=False):
     """MLM logits (B, T, V); with `hidden_states`, both also return every layer's
     output (minibert's default, transformers' output_hidden_states=True)."""
     input_ids, attention_mask, token_type_ids = batch
-    if name == "minibert":
-        return model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                     all_hidden_states=hidden_states).mlm_logits
-    return model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                 output_hidden_states=hidden_states).logits
+    with autocast("cpu", name.endswith(BF16)):
+        if name.startswith("minibert"):
+            return model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                         all_hidden_states=hidden_states).mlm_logits.float()
+        return model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                     output_hidden_states=hidden_states).logits.float()
 
 
 def build(name):
@@ -124,6 +134,8 @@ def main():
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--hidden-states", action="store_true", help="both also return every layer's output "
                         "(minibert's default; transformers' output_hidden_states=True)")
+    parser.add_argument("--bf16", action="store_true", help="add minibert and transformers (sdpa) under bfloat16 "
+                        "autocast (weights float32), in the same rounds; pays only on CPUs with bf16 instructions")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -138,12 +150,23 @@ def main():
 
     models, batch = build_with_shared_weights(names), make_batch(args.batch, args.length)
     real = batch[1].bool()
+    agreement = {}
     with torch.no_grad():
         reference = forward("minibert", models["minibert"], batch)
         for name in names[1:]:
             diff = (reference[real] - forward(name, models[name], batch)[real]).abs().max().item()
             assert diff <= 1e-4, f"{name}: MLM logits differ from minibert's by {diff:.2e}"
             print(f"parity: minibert vs {name}: max |diff| of the MLM logits of real tokens = {diff:.1e}")
+        if args.bf16:
+            for name in ("minibert", "transformers (sdpa)"):
+                models[name + BF16] = models[name]
+                fp32, bf16 = (forward(n, models[n], batch)[real] for n in (name, name + BF16))
+                same = (fp32.argmax(-1) == bf16.argmax(-1)).sum().item()
+                agreement[name + BF16] = {"same_top1": same, "tokens": int(real.sum()),
+                                          "max_abs_diff": (fp32 - bf16).abs().max().item()}
+                print(f"bf16 vs fp32, {name}: the same top-1 at {same}/{int(real.sum())} real tokens, max |diff| "
+                      f"of the logits {agreement[name + BF16]['max_abs_diff']:.2f}")
+            names += ["minibert" + BF16, "transformers (sdpa)" + BF16]
 
     times = {name: [] for name in names}
     with torch.no_grad():
@@ -157,21 +180,24 @@ def main():
     tokens = args.batch * args.length
     results = {"environment": env, "batch": args.batch, "length": args.length, "rounds": args.rounds,
                "all_hidden_states": args.hidden_states, "rows": {}}
-    print(f"\nBERT-base MLM forward, batch {args.batch} x {args.length}, fp32, {args.rounds} interleaved rounds, "
+    precision = "fp32 and bf16 autocast" if args.bf16 else "fp32"
+    print(f"\nBERT-base MLM forward, batch {args.batch} x {args.length}, {precision}, {args.rounds} interleaved rounds, "
           f"{'returning every hidden state' if args.hidden_states else 'returning the logits only'}")
-    print(f"{'implementation':21s} {'median ms':>9s} {'min ms':>7s} {'seq/s':>6s} {'tokens/s':>8s} "
+    print(f"{'implementation':27s} {'median ms':>9s} {'min ms':>7s} {'seq/s':>6s} {'tokens/s':>8s} "
           f"{'ours/theirs':>11s} {'weights':>8s} {'peak':>6s} {'+fwd':>5s} (MiB)")
     for name in names:
         median = statistics.median(times[name])
-        ratio = statistics.median(t / o for t, o in zip(times[name], times["minibert"]))
+        ours = "minibert" + (BF16 if name.endswith(BF16) else "")     # the minibert row of the same precision
+        ratio = statistics.median(t / o for t, o in zip(times[name], times[ours]))
         row = {"median_s": median, "min_s": min(times[name]), "all_s": times[name],
                "sequences_per_s": args.batch / median, "tokens_per_s": tokens / median,
-               "ours_over_theirs": ratio, **memory.get(name, {})}
+               "ours_over_theirs": ratio, **memory.get(name, {}), **agreement.get(name, {})}
         results["rows"][name] = row
-        mem = f"{row['weights_mib']:8.0f} {row['peak_mib']:6.0f} {row['forward_mib']:5.0f}" if memory else ""
-        print(f"{name:21s} {median * 1e3:9.0f} {row['min_s'] * 1e3:7.0f} {row['sequences_per_s']:6.2f} "
+        mem = f"{row['weights_mib']:8.0f} {row['peak_mib']:6.0f} {row['forward_mib']:5.0f}" if name in memory else ""
+        print(f"{name:27s} {median * 1e3:9.0f} {row['min_s'] * 1e3:7.0f} {row['sequences_per_s']:6.2f} "
               f"{row['tokens_per_s']:8.0f} {ratio:10.2f}x {mem}")
-    print("ours/theirs: median over rounds of (their time / minibert's time) in the same round; > 1: minibert faster")
+    print("ours/theirs: median over rounds of (their time / minibert's time, the same precision) in the same round; "
+          "> 1: minibert faster")
     if memory:
         print("memory: a fresh process per implementation; weights = its RSS after building the model (Python, torch"
               " and transformers included); peak = VmHWM over 2 forward passes after resetting it via"

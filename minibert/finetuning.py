@@ -58,7 +58,7 @@ from tqdm.auto import tqdm
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.checkpoints.task_heads import load_task_head
 from minibert.heads import IGNORE_INDEX, add_pooler_if_missing   # callers also find it here
-from minibert.support.devices import move_to_device
+from minibert.support.devices import autocast as bf16_autocast, move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
 from minibert.support.folders import check_task_record, load_weights, read_record, write_folder, write_record
@@ -224,12 +224,14 @@ def run_model(model, features, pad_id, outputs, batch_size=128, device="cpu", pr
     in the features' order: a task's probabilities, or a teacher's logits.
     Features are run longest first in large batches (no gradients, so a
     batch can be larger than in training). logits_of(model, batch) defaults
-    to model(input_ids, attention_mask, token_type_ids)."""
+    to model(input_ids, attention_mask, token_type_ids). bf16: under
+    bfloat16 autocast (support/devices.autocast); `outputs` turns the
+    logits back into float32."""
     logits_of = logits_of or model_logits
     model.eval().to(device)
     order = sorted(range(len(features)), key=lambda i: -len(features[i]["input_ids"]))
     results = [None] * len(features)
-    autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16)
+    autocast = bf16_autocast(device, bf16)
     for start in tqdm(range(0, len(order), batch_size), desc="predicting", unit="batch", disable=not progress,
                       leave=False):
         rows = order[start:start + batch_size]

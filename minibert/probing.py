@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from minibert.support.devices import move_to_device
+from minibert.support.devices import autocast, move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
 from minibert.support.plots import plot_probe
@@ -91,17 +91,18 @@ def real_positions(input_ids, attention_mask, tokenizer):
     return attention_mask.bool() & ~special
 
 
-def hidden_states(model, batch):
-    """The L + 1 hidden states of `model` for one batch (no gradients).
+def hidden_states(model, batch, bf16=False):
+    """The L + 1 hidden states of `model` for one batch (no gradients), in
+    float32 (bf16: computed under bfloat16 autocast, support/devices.autocast).
 
     The model's own MLM output is asked for at no positions (an empty
     selection): the probe applies the head itself, to every layer, and the
     V-wide projection is most of a small model's compute."""
     nowhere = torch.zeros_like(batch["input_ids"], dtype=torch.bool)
-    with torch.no_grad():
+    with torch.no_grad(), autocast(batch["input_ids"].device, bf16):
         output = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                        token_type_ids=batch["token_type_ids"], mlm_positions=nowhere)
-    return output.hidden_states
+    return [h.float() for h in output.hidden_states]
 
 
 def max_length_for(model):
@@ -167,6 +168,7 @@ class ProbeResult:
     examples: list = field(default_factory=list)  # [{"input": str, "layers": [str per layer]}]
     truncated: int = 0                          # sentences cut to the model's positions (max_length)
     max_length: int = 512                       # tokens per sentence the model takes, [CLS] and [SEP] included
+    precision: str = "float32"                  # or "bfloat16 autocast" (probe_model's bf16)
 
     def to_dict(self):
         return asdict(self)
@@ -226,11 +228,12 @@ def check_fit_settings(steps=300, lr=1e-3, batch_size=256):
 
 
 def probe_model(model, tokenizer, sentences, *, mlm_head=None, batch_size=32, mask_prob=None, seed=0, show=0,
-                descriptions=None, head_name="pretrained", model_name="", device="cpu", progress=False):
+                descriptions=None, head_name="pretrained", model_name="", device="cpu", progress=False, bf16=False):
     """Score the MLM head on every hidden state of `model` (see the module
     docstring). `mlm_head` defaults to the model's own; `show` keeps that many
     example reconstructions; `descriptions` labels the rows (default: from
-    the config)."""
+    the config). bf16: the model and the head run under bfloat16 autocast;
+    the scores are computed from float32 logits."""
     head = mlm_head if mlm_head is not None else model.mlm_head
     if head is None:
         raise MiniBertError(f"{model_name or 'the model'}: has no MLM head (a Hugging Face `BertModel` file?); "
@@ -247,7 +250,7 @@ def probe_model(model, tokenizer, sentences, *, mlm_head=None, batch_size=32, ma
     for batch in tqdm(batches, total=-(-len(sentences) // batch_size), desc="probing", unit="batch",
                       disable=not progress, leave=False):
         batch = move_to_device(batch, device)
-        states = hidden_states(model, batch)
+        states = hidden_states(model, batch, bf16)
         if scores is None:
             scores = [Score() for _ in states]
         real = real_positions(batch["input_ids"], batch["attention_mask"], tokenizer)   # (B, T)
@@ -255,8 +258,9 @@ def probe_model(model, tokenizer, sentences, *, mlm_head=None, batch_size=32, ma
         predictions = []
         with torch.no_grad():
             for score, h in zip(scores, states):
-                logits = head(h[real], word_embeddings)       # (N, H) -> (N, V)
-                predictions.append(score.add(logits, targets))
+                with autocast(device, bf16):
+                    logits = head(h[real], word_embeddings)   # (N, H) -> (N, V)
+                predictions.append(score.add(logits.float(), targets))
         examples += collect_examples(tokenizer, batch["input_ids"], real, predictions, show - len(examples))
 
     descriptions = descriptions or depth_descriptions(model.config)
@@ -267,9 +271,10 @@ def probe_model(model, tokenizer, sentences, *, mlm_head=None, batch_size=32, ma
     max_length = max_length_for(model)
     result = ProbeResult(model=model_name, head=head_name, sentences=len(sentences), tokens=scores[0].tokens,
                          layers=layers, examples=examples, max_length=max_length,
-                         truncated=count_too_long(tokenizer, sentences, max_length))
+                         truncated=count_too_long(tokenizer, sentences, max_length),
+                         precision="bfloat16 autocast" if bf16 else "float32")
     if mask_prob is not None:
-        result.masked = masked_accuracy(model, head, tokenizer, sentences, mask_prob, seed, batch_size, device)
+        result.masked = masked_accuracy(model, head, tokenizer, sentences, mask_prob, seed, batch_size, device, bf16)
     return result
 
 
@@ -286,7 +291,7 @@ def collect_examples(tokenizer, input_ids, real, predictions, wanted):
     return examples
 
 
-def masked_accuracy(model, head, tokenizer, sentences, mask_prob, seed, batch_size, device="cpu"):
+def masked_accuracy(model, head, tokenizer, sentences, mask_prob, seed, batch_size, device="cpu", bf16=False):
     """Context for the table: the ordinary masked-LM task. Replace a random
     `mask_prob` of the real tokens by [MASK] (always [MASK]; not BERT's
     80/10/10 mix), run the model, and score the last layer at those positions
@@ -305,9 +310,10 @@ def masked_accuracy(model, head, tokenizer, sentences, mask_prob, seed, batch_si
             chosen[row, columns] = torch.rand(len(columns), generator=generator) < mask_prob
         masked = dict(batch, input_ids=batch["input_ids"].masked_fill(chosen, tokenizer.mask_id))
         masked, chosen = move_to_device(masked, device), chosen.to(device)
-        last = hidden_states(model, masked)[-1]
-        with torch.no_grad():
-            score.add(head(last[chosen], word_embeddings), batch["input_ids"].to(device)[chosen])
+        last = hidden_states(model, masked, bf16)[-1]
+        with torch.no_grad(), autocast(device, bf16):
+            logits = head(last[chosen], word_embeddings)
+        score.add(logits.float(), batch["input_ids"].to(device)[chosen])
     return dict(mask_prob=mask_prob, seed=seed, **score.summary())
 
 
@@ -317,7 +323,7 @@ def masked_accuracy(model, head, tokenizer, sentences, mask_prob, seed, batch_si
 
 
 def fit_mlm_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=256, seed=0, device="cpu",
-                 progress=True):
+                 progress=True, bf16=False):
     """Train a fresh `MaskedLMHead` on the last layer of a frozen `model`.
 
     The task is unmasked input reconstruction: at every real position of the
@@ -334,6 +340,9 @@ def fit_mlm_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=
     no_grad, for every real token of `sentences` (memory: tokens x H floats),
     and the head trains on random minibatches of `batch_size` token positions.
 
+    bf16: the encoder and the head run under bfloat16
+    autocast (the head's weights stay float32; the loss is float32's).
+
     Returns (head in eval mode, final training loss)."""
     check_fit_settings(steps, lr, batch_size)
     check_vocabularies(model, tokenizer)
@@ -342,7 +351,7 @@ def fit_mlm_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=
     for batch in encoded_batches(tokenizer, sentences, 64, max_length_for(model)):
         batch = move_to_device(batch, device)
         real = real_positions(batch["input_ids"], batch["attention_mask"], tokenizer)
-        features.append(hidden_states(model, batch)[-1][real])      # (N, H)
+        features.append(hidden_states(model, batch, bf16)[-1][real])      # (N, H)
         targets.append(batch["input_ids"][real])
     features, targets = torch.cat(features), torch.cat(targets)
     if len(targets) == 0:
@@ -359,7 +368,9 @@ def fit_mlm_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=
     progress_bar = tqdm(range(steps), desc="fitting MLM head", unit="step", disable=not progress)
     for _ in progress_bar:
         pick = torch.randint(len(targets), (batch_size,), generator=generator).to(device)
-        loss = F.cross_entropy(head(features[pick], word_embeddings), targets[pick])
+        with autocast(device, bf16):
+            logits = head(features[pick], word_embeddings)
+        loss = F.cross_entropy(logits.float(), targets[pick])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -394,7 +405,8 @@ def format_table(result):
 
 
 def format_header(result):
-    header = (f"model: {result.model}\nMLM head: {result.head}\n"
+    precision = f"precision: {result.precision} (weights float32)\n" if result.precision != "float32" else ""
+    header = (f"model: {result.model}\nMLM head: {result.head}\n{precision}"
               f"{result.sentences} sentences, {result.tokens} real tokens per layer "
               f"([CLS], [SEP] and padding excluded; unmasked input)")
     if result.truncated:   # their ends were never seen: say so rather than score them silently

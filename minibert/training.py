@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm                   # a widget in a notebook, text in a terminal
 
-from minibert.support.devices import choose_device, move_to_device
+from minibert.support.devices import autocast as bf16_autocast, choose_device, move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import remove_leftovers, save_torch
 from minibert.support.seeds import seed_from
@@ -249,7 +249,7 @@ class TrainingConfig:
     eval_every: int = 0            # 0: never
     checkpoint_every: int = 0      # 0: only at the end
     max_minutes: Optional[float] = None  # stop early (with a checkpoint) after this much wall time
-    bf16: Optional[bool] = None    # bf16 autocast: None = on CUDA only, True = on CPU too, False = never
+    bf16: Optional[bool] = None    # bf16 autocast: None = on CUDA only, True = on any device, False = never
     eval_name: str = "held-out"    # what the evaluation lines call the set `evaluate` scores (e.g. "dev.tsv")
     optimizer: str = "adamw"       # or "bert-adam" (BertAdam: Google's, without bias correction)
 
@@ -375,10 +375,8 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
     # bf16 halves the bytes moved and runs on tensor cores; on a CPU it pays
     # only where the CPU has bf16 instructions (AVX512-BF16, AMX), so there it
     # is opt-in. Weights and optimizer state stay float32 either way.
-    use_bf16 = config.bf16 is not False and (context.device.type == "cuda" or
-                                             (config.bf16 and context.device.type == "cpu"))
-    device_type = context.device.type
-    autocast = (lambda: torch.autocast(device_type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+    use_bf16 = config.bf16 is True or (config.bf16 is None and context.device.type == "cuda")
+    autocast = lambda: bf16_autocast(context.device, use_bf16)
 
     history, summary = [], {"start_step": start_step}
     totals = {}

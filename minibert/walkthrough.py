@@ -29,8 +29,9 @@ from pathlib import Path
 import torch
 
 from minibert.model import ACTIVATIONS, attention, merge_heads, split_heads
-from minibert.support.cli import (ArgumentParser, HelpFormatter, make_parent_folder, output_file, positive_int, run,
-                                  script_main)
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, make_parent_folder, output_file,
+                                  positive_int, run, script_main)
+from minibert.support.devices import autocast
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
 
@@ -146,10 +147,12 @@ def choice_error(model, layer, head):
     return None
 
 
-def walk(model, tokenizer, text, layer=0, head=0, top_k=5):
+def walk(model, tokenizer, text, layer=0, head=0, top_k=5, bf16=False):
     """Run `model` once on `text` (in eval mode: dropout off) and return every
     step as plain numbers (a dict that json.dump writes as it is;
-    `format_walk` prints it). `layer` counts executed layers from 0."""
+    `format_walk` prints it). `layer` counts executed layers from 0. bf16:
+    the run and the steps recomputed from it are under bfloat16 autocast
+    (support/devices.autocast), so the numbers are bfloat16's."""
     check_model(model)
     error = choice_error(model, layer, head)
     if error:
@@ -165,25 +168,27 @@ def walk(model, tokenizer, text, layer=0, head=0, top_k=5):
         raise MiniBertError(f"the sentence is {T} tokens long with [CLS] and [SEP]; this model reads at most {limit}")
 
     model.eval()
+    precision = autocast(input_ids.device, bf16)
     recorder = Recorder(model)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), precision:
             output = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
     finally:
         recorder.remove()
 
     result = {"text": text, "model_type": model.config.model_type, "config": config_summary(model.config),
+              "precision": "bfloat16 autocast" if bf16 else "float32",
               "tokens": [{"position": i, "token": t, "id": n, "segment": s}
                          for i, (t, n, s) in enumerate(zip(encoding.tokens, encoding.ids, encoding.token_type_ids))]}
     result["embeddings"] = embedding_step(recorder.embeddings, output.hidden_states[0])
     result["padding_mask"] = {"attention_mask": list(attention_mask.shape),
                               "bias": list(recorder.layers[0]["bias"].shape), "code": CODE["padding_mask"]}
-    with torch.no_grad():
+    with torch.no_grad(), precision:
         result["layer"] = layer_step(recorder.layers[layer], layer, head, model.config)
     result["encoder"] = {"depth_plan": list(model.encoder.depth_plan),
                          "layers_run": [record["index"] for record in recorder.layers], "code": CODE["encoder"]}
     result["residual_norms"] = residual_norms(output.hidden_states)
-    with torch.no_grad():
+    with torch.no_grad(), precision:
         result["mlm"] = mlm_step(model, tokenizer, output.hidden_states, input_ids[0], top_k)
     result["pooler"] = None if output.pooled_output is None else {
         "pooled_output": list(output.pooled_output.shape),
@@ -284,7 +289,7 @@ def mlm_step(model, tokenizer, hidden_states, input_ids, top_k):
     positions = [i for i, n in enumerate(input_ids.tolist()) if n not in (tokenizer.cls_id, tokenizer.sep_id)]
     rows = []
     for index, h in enumerate(hidden_states):
-        probabilities = model.mlm_head(h[0, positions], word_embeddings).softmax(dim=-1)   # (N, V)
+        probabilities = model.mlm_head(h[0, positions], word_embeddings).float().softmax(dim=-1)   # (N, V)
         top = probabilities.topk(min(top_k, probabilities.shape[-1]), dim=-1)
         predictions = [[{"token": tokenizer.convert_ids_to_tokens(int(n)), "id": int(n), "probability": p.item()}
                         for n, p in zip(ids, probs)] for ids, probs in zip(top.indices, top.values)]
@@ -314,7 +319,8 @@ def format_walk(result):
     c = result["config"]
     lines = [f'The walk of "{result["text"]}" through a {result["model_type"].upper()} model: {c["layers"]} layers, '
              f'hidden size {c["hidden_size"]}, {c["heads"]} heads, vocabulary {c["vocab_size"]}, '
-             f'{"written-out formulas" if c["written_out"] else "fused kernels"}.',
+             f'{"written-out formulas" if c["written_out"] else "fused kernels"}'
+             f'{", under bfloat16 autocast" if result.get("precision", "float32") != "float32" else ""}.',
              "Shapes: (batch, positions, width); B = 1 sentence, T positions, H hidden, A heads, D = H / A."]
     lines += format_tokens(result)
     lines += format_embeddings(result["embeddings"], c)
@@ -463,6 +469,7 @@ parser.add_argument("--top", type=positive_int, default=5, metavar="K", help="ML
 parser.add_argument("--written-out", action="store_true",
                     help="run the written-out formulas (attention, GELU, LayerNorm) instead of the fused kernels")
 parser.add_argument("--json", type=output_file, default=None, metavar="FILE", help="write every number as JSON")
+add_bf16(parser, "the model's run and the steps recomputed from it")
 
 
 @script_main
@@ -484,7 +491,8 @@ def main(argv=None):
     if args.written_out:
         model.use_written_out()
     try:
-        result = walk(model, tokenizer, args.sentence, layer=args.layer, head=args.head, top_k=args.top)
+        result = walk(model, tokenizer, args.sentence, layer=args.layer, head=args.head, top_k=args.top,
+                      bf16=args.bf16)
     except NotImplementedError as e:   # a student copy with an exercise still blank
         raise MiniBertError(f"the model reached an exercise not yet written ({e})") from None
     print(format_walk(result))

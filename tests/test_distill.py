@@ -102,7 +102,7 @@ def test_evaluation_json_has_finetune_metric_names(distilled, setup, tmp_path, c
                                     setup / "dev.tsv", "--json", tmp_path / "teacher.json", "--quiet")
     assert code == 0, _.err
     ours, theirs = (json.loads((tmp_path / name).read_text()) for name in ("student.json", "teacher.json"))
-    assert set(ours) == set(theirs) == {"task", "evaluated_on", "models", "accuracy"}
+    assert set(ours) == set(theirs) == {"task", "evaluated_on", "models", "bf16", "accuracy"}
     assert ours["accuracy"] == pytest.approx(results["accuracy"])     # the best epoch's, read back
 
 

@@ -202,6 +202,15 @@ def probability(include_zero=False, include_one=True):
     return float_in(0, 1, include_low=include_zero, include_high=include_one, kind="probability")
 
 
+def add_bf16(group, runs="every model it runs"):
+    """The --bf16 flag, with the one meaning every script gives it
+    (support/devices.autocast). `runs`: what the flag puts under autocast."""
+    group.add_argument("--bf16", action="store_true",
+                       help=f"bfloat16 autocast on any device for {runs} (faster on a GPU, or a CPU with "
+                            f"AVX512-BF16/AMX); weights stay float32, outputs and losses are computed in float32 "
+                            f"(without it, float32 throughout)")
+
+
 def device(text):
     """--device: auto, cpu, cuda, cuda:N or mps, present on this machine. Returns a torch.device."""
     from minibert.support.devices import choose_device     # imports torch, so only once a flag is read

@@ -2,7 +2,8 @@
 
 Every script takes a `--device` flag (auto, cpu, cuda, cuda:1, mps) and turns
 it into a `torch.device` with `choose_device`; training, probing and
-fine-tuning move their batches with `move_to_device`.
+fine-tuning move their batches with `move_to_device`. Every script's `--bf16`
+is `autocast(device, bf16)`.
 """
 
 import torch
@@ -38,3 +39,14 @@ def move_to_device(batch, device):
     """A dict of tensors, each moved to `device` (non_blocking: a copy from
     pinned CPU memory can overlap with GPU work)."""
     return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
+
+
+def autocast(device, bf16=False):
+    """What every script's --bf16 means, in one place: bfloat16 autocast on
+    `device` (any kind: cpu, cuda, mps) when `bf16` is true, else a context
+    that changes nothing. Under it the matrix products run in bfloat16 while
+    the weights stay float32; whoever reads the result turns it back into
+    float32 (`logits.float()`) before a softmax, a loss or a score. It pays on
+    a GPU and on a CPU with bfloat16 instructions (AVX512-BF16, AMX). The
+    returned object can be entered again and again (one batch at a time)."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bool(bf16))
