@@ -271,9 +271,11 @@ def distil(args):
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
     if args.plot:
         check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
+    from minibert.support.inputs import not_a_file, read_once
+    args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
-        if path and not Path(path).is_file():
-            raise MiniBertError(f"{flag} {path}: no such file")
+        if path and not_a_file(path, flag):
+            raise MiniBertError(not_a_file(path, flag))
     if args.no_teacher:                          # the gold labels are all the student learns from
         check_labelled(args.task, args.train)
     resume = args.resume and resume_from_checkpoint(output)
@@ -314,12 +316,14 @@ def predict_or_evaluate(args):
     from minibert.support.outputs import check_output_file
     from minibert.support.reports import format_metrics
 
+    from minibert.support.inputs import read_once
     path = Path(args.predict or args.eval)
     inputs = {"--student": args.student, "--predict" if args.predict else "--eval": path}
     output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
     model, tokenizer, task = distillation.load_student(args.student)
+    path = Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: read once
     examples = task.read(path)
     predictions = distillation.predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,
                                                device=args.device, progress=not args.quiet)

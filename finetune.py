@@ -223,6 +223,8 @@ def fine_tune(args):
     if args.plot:
         check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
     resume = args.resume and resume_from_checkpoint(output)
+    from minibert.support.inputs import read_once
+    args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
     task = make_task(args.task, settings=task_settings(args))
     examples = task.read(Path(args.train))
     if not task.has_gold(examples):
@@ -286,6 +288,8 @@ def predict_or_evaluate(args):
     output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
+    from minibert.support.inputs import read_once
+    path = Path(read_once(path, "--predict" if args.predict else "--eval"))   # read twice: a pipe, copied once
     overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}
 
     def held_out(task, examples):          # what fine-tuning with this --split-eval and --seed held out

@@ -38,6 +38,7 @@ from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.support.devices import move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.folders import recover_folder, write_folder
+from minibert.support.inputs import not_a_file
 from minibert.support.outputs import file_identity
 from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
@@ -135,8 +136,8 @@ def text_files(paths, what):
             files += found
         elif path.is_file():
             files.append(path)
-        else:
-            raise MiniBertError(f"{what} {path}: no such file or folder")
+        else:                            # missing, or a pipe or device (support/inputs.py copies those once)
+            raise MiniBertError(not_a_file(path, what, folders=True))
     return files
 
 
