@@ -163,7 +163,8 @@ train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
 train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
 train.add_argument("--max-minutes", type=cli.positive_float,
-                   help="stop (with a checkpoint; --resume continues) after this much training time")
+                   help="stop (with a checkpoint; --resume continues) after this much training time; the best "
+                        "epoch is chosen among end-of-epoch evaluations only, as finetune.py's")
 train.add_argument("--keep-checkpoint", action="store_true",
                    help="keep OUTPUT/checkpoint.pt after the run has finished (three times the student's size: the "
                         "weights and the optimizer's two running averages); by default it is removed once the "

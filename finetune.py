@@ -97,7 +97,9 @@ train.add_argument("--bf16", action="store_true",
                    help="bfloat16 autocast (GPU, or a CPU with AVX512-BF16/AMX); weights stay float32 (without it, "
                         "float32 throughout, as train_mlm.py and distill.py --bf16)")
 train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
-train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint) after this much time")
+train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint; --resume continues) after this much time; the best epoch is chosen "
+                        "among end-of-epoch evaluations only, so a stopped and resumed run keeps the model an "
+                        "unstopped one keeps (stopped before the first epoch ends, it has no model yet)")
 train.add_argument("--keep-checkpoint", action="store_true",
                    help="keep OUTPUT/checkpoint.pt after the run has finished (three times the model's size: the "
                         "weights and Adam's two moments); by default it is removed once the model is saved (a run "

@@ -310,3 +310,14 @@ def test_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path):
     b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["model"]
     assert straight["end_step"] == 20
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_run_stopped_mid_epoch_keeps_the_same_best_epoch_as_an_unstopped_one(setup, tmp_path):
+    straight = tune(setup, tmp_path / "straight", epochs=2)
+    stopped = tune(setup, tmp_path / "resumed", epochs=2, max_minutes=1e-9)    # stops after step 1 of 10
+    assert stopped["epochs_history"] == [] and stopped["best"] is None       # no mid-epoch evaluation to keep
+    assert not (tmp_path / "resumed" / "model.safetensors").exists()
+    resumed = tune(setup, tmp_path / "resumed", epochs=2, resume=True)
+    assert resumed["best"] == straight["best"]
+    assert ((tmp_path / "resumed" / "model.safetensors").read_bytes()
+            == (tmp_path / "straight" / "model.safetensors").read_bytes())
