@@ -42,7 +42,7 @@ def test_a_pipe_is_copied_once_and_the_copy_reads_the_same_every_time(tmp_path):
 
 
 def test_a_process_substitution_pipe_reads_as_its_bytes(tmp_path):
-    read_end, write_end = os.pipe()                # what bash's <(...) passes: /dev/fd/N of a pipe
+    read_end, write_end = os.pipe()                # what bash's <(...) gives: /dev/fd/N of a pipe
     os.write(write_end, SST2)
     os.close(write_end)
     try:
