@@ -50,6 +50,7 @@ from pathlib import Path
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run
+from minibert.support.student_config import MAX_EMBEDDING_DIM
 from minibert.tasks.registry import CLASSIFICATION
 
 TASKS = list(CLASSIFICATION)          # the sentence(-pair) classification tasks
@@ -105,8 +106,9 @@ student.add_argument("--embeddings", default="random", metavar="random|teacher|F
                           "the student reads the teacher's word pieces (its tokenizer) and starts from its "
                           "word-piece embedding matrix, at the teacher's width, or, when --embedding-dim differs, "
                           "times a fixed random projection (N(0, 1/dim) entries, seeded)")
-student.add_argument("--embedding-dim", type=cli.positive_int,
-                     help="word vector width (default: 300; a vectors FILE's own width; the teacher's width)")
+student.add_argument("--embedding-dim", type=cli.int_between(1, MAX_EMBEDDING_DIM),
+                     help=f"word vector width, at most {MAX_EMBEDDING_DIM:,} (default: 300; a vectors FILE's own "
+                          f"width, which is at most that too; the teacher's width)")
 student.add_argument("--hidden-size", type=cli.positive_int,
                      help="LSTM units per direction (default 150; 300 for sentence pairs)")
 student.add_argument("--fc-size", type=cli.positive_int, default=200, help="width of the ReLU layer")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from distill_helpers import make_distillation_data
+from helpers import error_line, run_script, run_script_in_process
 from minibert import distillation
 from minibert.support.errors import MiniBertError
 from minibert.support.distillation_settings import DistillationSettings, check_files
@@ -25,7 +26,7 @@ def test_word_vectors_are_read_for_the_vocabulary_words_they_have(tmp_path):
         read_word_vectors(tmp_path / "bad.txt", ["a"])
 
 
-def test_a_header_whose_dimension_disagrees_with_its_lines_is_refused_naming_the_line(tmp_path):
+def test_a_header_whose_dimension_disagrees_with_its_lines_or_is_too_wide_is_refused(tmp_path, capsys):
     path = tmp_path / "vectors.txt"
     path.write_text("2 2\nthe 1 2 3 4\nfilm 5 6 7 8\n", encoding="utf-8")   # read as it says: "the 1 2" no word
     for read in (lambda: read_word_vectors(path, ["the"]), lambda: check_word_vectors(path)):
@@ -36,6 +37,9 @@ def test_a_header_whose_dimension_disagrees_with_its_lines_is_refused_naming_the
     with pytest.raises(MiniBertError, match=r"line 1: the header says 100,000,000,000-dimensional vectors; "
                                             r"expected 1 to 10,000"):
         check_word_vectors(path)
+    assert "at most 10,000" in run_script("distill.py", "--help").stdout
+    code, captured = run_script_in_process(capsys, "distill.py", "--embedding-dim", "100000000000")
+    assert code == 2 and "--embedding-dim: expected an integer in [1, 10000]" in error_line(code, captured)
     path.write_text("the 1 2\nnew york 3 4\n", encoding="utf-8")              # no header: GloVe 840B's spaces
     assert read_word_vectors(path, ["new york"])[0]["new york"].tolist() == [3, 4]
 

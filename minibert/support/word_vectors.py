@@ -11,11 +11,9 @@ import torch
 
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import generator_for
+from minibert.support.student_config import MAX_EMBEDDING_DIM as MAX_DIM
 
 
-# The widest published word vectors are 300-d (word2vec, GloVe, fastText); a header asking for more than this is
-# a broken file, and a student of that width would not fit (a header "1 100000000000" asked for 18.4 TB).
-MAX_DIM = 10_000
 
 
 def vector_lines(path):
