@@ -50,6 +50,7 @@ from pathlib import Path
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
+from minibert.support.student_config import MAX_EMBEDDING_DIM
 from minibert.tasks.registry import CLASSIFICATION
 
 TASKS = list(CLASSIFICATION)          # the sentence(-pair) classification tasks
@@ -105,8 +106,9 @@ student.add_argument("--embeddings", default="random", metavar="random|teacher|F
                           "the student reads the teacher's word pieces (its tokenizer) and starts from its "
                           "word-piece embedding matrix, at the teacher's width, or, when --embedding-dim differs, "
                           "times a fixed random projection (N(0, 1/dim) entries, seeded)")
-student.add_argument("--embedding-dim", type=cli.positive_int,
-                     help="word vector width (default: 300; a vectors FILE's own width; the teacher's width)")
+student.add_argument("--embedding-dim", type=cli.int_between(1, MAX_EMBEDDING_DIM),
+                     help=f"word vector width, at most {MAX_EMBEDDING_DIM:,} (default: 300; a vectors FILE's own "
+                          f"width, which is at most that too; the teacher's width)")
 student.add_argument("--hidden-size", type=cli.positive_int,
                      help="LSTM units per direction (default 150; 300 for sentence pairs)")
 student.add_argument("--fc-size", type=cli.positive_int, default=200, help="width of the ReLU layer")
@@ -163,7 +165,8 @@ train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
 train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
 train.add_argument("--max-minutes", type=cli.positive_float,
-                   help="stop (with a checkpoint; --resume continues) after this much training time")
+                   help="stop (with a checkpoint; --resume continues) after this much training time; the best "
+                        "epoch is chosen among end-of-epoch evaluations only, as finetune.py's")
 train.add_argument("--keep-checkpoint", action="store_true",
                    help="keep OUTPUT/checkpoint.pt after the run has finished (three times the student's size: the "
                         "weights and the optimizer's two running averages); by default it is removed once the "
@@ -269,9 +272,11 @@ def distil(args):
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
     if args.plot:
         check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
+    from minibert.support.inputs import not_a_file, read_once
+    args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
-        if path and not Path(path).is_file():
-            raise MiniBertError(f"{flag} {path}: no such file")
+        if path and not_a_file(path, flag):
+            raise MiniBertError(not_a_file(path, flag))
     if args.no_teacher:                          # the gold labels are all the student learns from
         check_labelled(args.task, args.train)
     resume = args.resume and resume_from_checkpoint(output)
@@ -312,12 +317,14 @@ def predict_or_evaluate(args):
     from minibert.support.outputs import check_output_file
     from minibert.support.reports import format_metrics
 
+    from minibert.support.inputs import read_once
     path = Path(args.predict or args.eval)
     inputs = {"--student": args.student, "--predict" if args.predict else "--eval": path}
     output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
     model, tokenizer, task = distillation.load_student(args.student)
+    path = Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: read once
     examples = task.read(path)
     predictions = distillation.predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,
                                                device=args.device, progress=not args.quiet, bf16=args.bf16)

@@ -28,7 +28,10 @@ ignores and minibert uses to tie the copies again on load.
 
 The output folder is Hugging Face layout (config.json, model.safetensors,
 tokenizer files), plus duplication.json recording the source and the order.
-Embeddings and heads are unchanged.
+Embeddings and heads are unchanged. The deeper model has at most 1,000 layers
+(1,000 untied BERT-base layers are 28 GB). The source is a pretrained model: a
+fine-tuned folder (with task.json) is refused, since its task head would be
+dropped; duplicate the base model and fine-tune the deeper one.
 
 quick example (under a minute on 2 CPU cores; the bundled model, 6 -> 9 layers, probed before and after):
   python duplicate.py --duplicate 0,1,2 --output runs/quick-deeper --probe --json runs/quick-deeper.json \\
@@ -43,8 +46,9 @@ examples:
   python duplicate.py --model DEBERTA_DIR --duplicate 0,1 --output deberta-deeper/
 """
 
-from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, make_parent_folder, output_file,
-                                  output_folder, positive_int, run, script_main)
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, int_between, make_parent_folder,
+                                  output_file, output_folder, positive_int, run, script_main)
+from minibert.support.layer_orders import MAX_DEPTH
 
 parser = ArgumentParser(prog="duplicate.py", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
@@ -56,7 +60,8 @@ how = parser.add_mutually_exclusive_group(required=True)
 how.add_argument("--duplicate", metavar="I,J,...",
                  help="follow each listed layer by an untied copy of itself (BERT, DeBERTa; ALBERT: untied groups)")
 how.add_argument("--order", metavar="I,J,...", help="the layer indices to run, in order (untied copies unless --tied)")
-how.add_argument("--repeat", type=positive_int, metavar="K", help="ALBERT: run the shared group K more times")
+how.add_argument("--repeat", type=int_between(1, MAX_DEPTH), metavar="K",
+                 help=f"ALBERT: run the shared group K more times (the deeper model has at most {MAX_DEPTH:,} layers)")
 parser.add_argument("--tied", action="store_true",
                     help="BERT: share the copies instead of deep-copying them (saved untied for transformers, "
                          "re-tied by minibert through config.json's layer_order)")
@@ -80,12 +85,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from minibert import duplication
     from minibert.checkpoints import load_pretrained
-    from minibert.support.errors import MiniBertError
+    from minibert.support.layer_orders import check_depth, check_pretrained_source
 
     if (args.json or args.plot) and not args.probe:
-        raise MiniBertError(f"{'--json' if args.json else '--plot'} writes the probe's results: add --probe")
+        parser.error(f"{'--json' if args.json else '--plot'} writes the probe's results: add --probe")
     if args.bf16 and not args.probe:
-        raise MiniBertError("--bf16 runs the probe under bfloat16 autocast: add --probe")
+        parser.error("--bf16 runs the probe under bfloat16 autocast: add --probe")
+    if args.tied and args.repeat is not None:
+        parser.error("--tied: ALBERT's layers are always shared; --repeat needs no --tied")
     from minibert.support.outputs import check_not_in_model_folder, check_output_files
     check_output_files(args, {"--model": args.model, "--text": args.text}, owned={"--output": args.output})
     if args.plot:
@@ -95,21 +102,27 @@ def main(argv=None):
     lock_output(args.output)                        # one run per folder: a second one stops here
     duplication.check_output_dir(args.output, args.force, source=args.model)   # before any slow loading
     check_not_in_model_folder("--output", args.output)     # a model is never written inside another one
+    indices = {flag: duplication.parse_indices(text, flag)                     # before loading too
+               for flag, text in (("--duplicate", args.duplicate), ("--order", args.order)) if text is not None}
+    if "--order" in indices:
+        check_depth(len(indices["--order"]), "--order")
+    if args.probe:                      # the probe's inputs, read before the deeper model is written
+        from minibert import probing
+        sentences = probing.read_sentences(args.text, args.max_sentences)
     model = load_pretrained(args.model)
+    check_pretrained_source(model.source_dir)
     config = model.config
     L = config.num_hidden_layers
     record = {"source": str(model.source_dir), "source_layers": L}
     if args.repeat is not None:
-        if args.tied:
-            raise MiniBertError("--tied: ALBERT's layers are always shared; --repeat needs no --tied")
         deeper = duplication.repeat_albert(model, args.repeat)
         record.update(method="repeat", repeat=args.repeat)
         labels = None                                   # the config says it all: group g, pass p
     else:
         if args.duplicate is not None:
-            order = duplication.duplicate_order(L, duplication.parse_indices(args.duplicate, "--duplicate"))
+            order = duplication.duplicate_order(L, indices["--duplicate"])
         else:
-            order = duplication.parse_indices(args.order, "--order")
+            order = indices["--order"]
         deeper = duplication.deepen_bert(model, order, tied=args.tied)
         labels = duplication.source_order(model, order)
         record.update(method="duplicate" if args.duplicate is not None else "order", order=order,
@@ -122,10 +135,8 @@ def main(argv=None):
           + (", tied" if args.tied else ""))
 
     if args.probe:
-        from minibert import probing
         from minibert.tokenization import load_tokenizer
         tokenizer = load_tokenizer(model.source_dir)
-        sentences = probing.read_sentences(args.text, args.max_sentences)
         before = probing.probe_model(model, tokenizer, sentences, batch_size=args.batch_size,
                                      model_name=args.model or "the bundled model", bf16=args.bf16)
         descriptions = None if labels is None else probing.depth_descriptions(deeper.config, order=labels)

@@ -95,7 +95,9 @@ train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
 cli.add_bf16(train, "the model in fine-tuning, evaluating and predicting (--ensemble: every member)")
 train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
-train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint) after this much time")
+train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint; --resume continues) after this much time; the best epoch is chosen "
+                        "among end-of-epoch evaluations only, so a stopped and resumed run keeps the model an "
+                        "unstopped one keeps (stopped before the first epoch ends, it has no model yet)")
 train.add_argument("--keep-checkpoint", action="store_true",
                    help="keep OUTPUT/checkpoint.pt after the run has finished (three times the model's size: the "
                         "weights and Adam's two moments); by default it is removed once the model is saved (a run "
@@ -222,6 +224,8 @@ def fine_tune(args):
     if args.plot:
         check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
     resume = args.resume and resume_from_checkpoint(output)
+    from minibert.support.inputs import read_once
+    args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
     task = make_task(args.task, settings=task_settings(args))
     examples = task.read(Path(args.train))
     if not task.has_gold(examples):
@@ -284,6 +288,8 @@ def predict_or_evaluate(args):
     output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
+    from minibert.support.inputs import read_once
+    path = Path(read_once(path, "--predict" if args.predict else "--eval"))   # read twice: a pipe, copied once
     overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}
 
     def held_out(task, examples):          # what fine-tuning with this --split-eval and --seed held out

@@ -265,9 +265,10 @@ def main(argv=None):
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()
-    files = text_files(args.corpus, "--corpus")
+    from minibert.support.inputs import read_once          # the corpus is read several times: a pipe, copied once
+    files = text_files([read_once(path, "--corpus") for path in args.corpus], "--corpus")
     corpus, heldout = split_heldout(files, args.heldout)
-    heldout += text_files(args.heldout_corpus, "--heldout-corpus")
+    heldout += text_files([read_once(path, "--heldout-corpus") for path in args.heldout_corpus], "--heldout-corpus")
     if not corpus:
         raise MiniBertError("--heldout holds out every corpus file: nothing left to train on")
     from minibert.support.folders import lock_output

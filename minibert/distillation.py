@@ -324,7 +324,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     total_steps, counts = settings.epochs * len(batches), parameter_counts(model, teacher)
     config = TrainingConfig(total_steps=total_steps, learning_rate=settings.lr, weight_decay=settings.weight_decay,
                             max_grad_norm=settings.max_grad_norm, seed=settings.seed, log_every=10,
-                            eval_every=len(batches), checkpoint_every=len(batches),
+                            eval_every=len(batches), checkpoint_every=len(batches), evaluate_when_stopped=False,
                             max_minutes=settings.max_minutes, bf16=settings.bf16,
                             eval_name=Path(eval_file).name if eval_file is not None else "held-out")
     output.mkdir(parents=True, exist_ok=True)

@@ -53,23 +53,13 @@ from pathlib import Path
 from minibert.deberta import DebertaModel
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
+from minibert.support.layer_orders import check_depth, parse_indices   # parse_indices: the scripts' flags
 from minibert.model import BertModel
 
 
 # ----------------------------------------------------------------------------
 # Orders
 # ----------------------------------------------------------------------------
-
-
-def parse_indices(text, flag):
-    """"0,1,2" -> [0, 1, 2]; anything else is a MiniBertError naming the flag."""
-    parts = [p.strip() for p in str(text).split(",")]
-    if not any(parts):
-        raise MiniBertError(f"{flag}: empty; expected comma-separated layer indices such as 0,1,2")
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise MiniBertError(f"{flag} {text!r}: expected comma-separated integer layer indices such as 0,1,2") from None
 
 
 def check_indices(indices, num_layers, flag):
@@ -85,6 +75,7 @@ def duplicate_order(num_layers, duplicate):
     """The paper's scheme: layer i runs once, then once more for every time it
     is listed. duplicate_order(12, [0, 1, 2]) -> 0,0,1,1,2,2,3,...,11 (15 layers)."""
     check_indices(duplicate, num_layers, "--duplicate")
+    check_depth(num_layers + len(duplicate), "--duplicate")
     order = []
     for i in range(num_layers):
         order += [i] * (1 + duplicate.count(i))
@@ -119,6 +110,7 @@ def deepen_bert(model, order, tied=False):
     config = model.config
     plan = config.depth_plan()                       # source depth -> distinct source layer (ALBERT: group)
     check_indices(order, len(plan), "--order")
+    check_depth(len(order), "--order")
     sources = [plan[depth] for depth in order]       # distinct source layer run at each new depth
     if isinstance(model, DebertaModel):
         if tied:
@@ -208,6 +200,7 @@ def repeat_albert(model, k):
     if not isinstance(k, int) or k < 1:
         raise MiniBertError(f"--repeat {k}: expected a positive integer")
     G, L = config.num_groups, config.num_hidden_layers
+    check_depth(L + k, f"--repeat {k}")
     if G > 1 and (L % G or k % G):
         raise MiniBertError(f"--repeat {k}: this ALBERT has {G} layer groups over {L} layers; --repeat needs "
                             f"the layer count and K to be multiples of {G} (each group then runs K/{G} more times)")

@@ -348,6 +348,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     config = TrainingConfig(total_steps=total_steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=int(warmup * total_steps), seed=seed, log_every=10,
                             eval_every=len(batches), checkpoint_every=len(batches), max_minutes=max_minutes,
+                            evaluate_when_stopped=False,     # the best epoch: end-of-epoch evaluations only
                             bf16=bf16, eval_name=eval_name, optimizer=optimizer)
     run_config = {"task": task.name, "base_model": base_name, "total_steps": total_steps,
                   "batch_size": batch_size, "seed": seed, "grad_accum_steps": 1, "max_seq_len": max_seq_len,

@@ -252,6 +252,9 @@ class TrainingConfig:
     bf16: Optional[bool] = None    # bf16 autocast: None = on CUDA only, True = on any device, False = never
     eval_name: str = "held-out"    # what the evaluation lines call the set `evaluate` scores (e.g. "dev.tsv")
     optimizer: str = "adamw"       # or "bert-adam" (BertAdam: Google's, without bias correction)
+    # A run stopped by max_minutes evaluates where it stops, unless False: the best-epoch rule compares
+    # end-of-epoch evaluations only, so a stopped and resumed run keeps the model an unstopped one keeps.
+    evaluate_when_stopped: bool = True
 
 
 def rows_for_rank(batch, context):
@@ -439,8 +442,9 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
         out_of_time = config.max_minutes is not None and (time.time() - started) / 60 >= config.max_minutes
         if context.distributed and config.max_minutes is not None:
             out_of_time = bool(all_reduce_sum({"stop": int(out_of_time)}, context)["stop"])
+        stopping_here = out_of_time and config.evaluate_when_stopped
         evaluating = evaluate is not None and config.eval_every and (done % config.eval_every == 0 or
-                                                                     done == config.total_steps or out_of_time)
+                                                                     done == config.total_steps or stopping_here)
         saving = context.is_main and ((config.checkpoint_every and done % config.checkpoint_every == 0)
                                       or done == config.total_steps or out_of_time)
         if evaluating or saving:             # evaluate() may save the model: never one with NaNs

@@ -147,6 +147,18 @@ def choice_error(model, layer, head):
     return None
 
 
+def sentence_error(tokenizer, text):
+    """Why `text` cannot be walked, or None. Text of only control or
+    zero-width characters is not empty, but the tokenizer drops all of it
+    and the walk would follow [CLS] [SEP] alone."""
+    if not text.strip():
+        return "the sentence is empty; give one sentence to follow"
+    if len(tokenizer.encode(text).ids) <= 2:            # [CLS] and [SEP] only
+        return (f"the sentence {text!r} has no tokens: the tokenizer drops control and zero-width characters; "
+                f"give one sentence of words to follow")
+    return None
+
+
 def walk(model, tokenizer, text, layer=0, head=0, top_k=5, bf16=False):
     """Run `model` once on `text` (in eval mode: dropout off) and return every
     step as plain numbers (a dict that json.dump writes as it is;
@@ -157,8 +169,9 @@ def walk(model, tokenizer, text, layer=0, head=0, top_k=5, bf16=False):
     error = choice_error(model, layer, head)
     if error:
         raise MiniBertError(error)
-    if not text.strip():
-        raise MiniBertError("the sentence is empty; give one sentence to follow")
+    error = sentence_error(tokenizer, text)
+    if error:
+        raise MiniBertError(error)
     encoding = tokenizer.encode(text)
     input_ids = torch.tensor([encoding.ids])
     token_type_ids = torch.tensor([encoding.token_type_ids])
@@ -485,7 +498,7 @@ def main(argv=None):
     model = load_pretrained(args.model)
     tokenizer = load_tokenizer(model.source_dir)
     check_model(model)
-    error = choice_error(model, args.layer, args.head)
+    error = choice_error(model, args.layer, args.head) or sentence_error(tokenizer, args.sentence)
     if error:
         parser.error(error)
     if args.written_out:

@@ -130,7 +130,7 @@ def test_probe_and_duplicate_scripts_take_bf16(readable, tmp_path, capsys):
         assert [l["top1_percent"] for l in bf16["layers"]] == [l["top1_percent"] for l in fp32["layers"]]
     code, captured = run_script_in_process(capsys, "duplicate.py", "--model", folder, "--duplicate", "0",
                                            "--output", tmp_path / "no-probe", "--bf16")
-    assert code == 1 and "--bf16 runs the probe" in captured.err
+    assert code == 2 and "--bf16 runs the probe" in captured.err                  # a usage error
 
 
 def test_walkthrough_under_bf16_reads_the_same_tokens_from_every_layer(readable):

@@ -270,6 +270,8 @@ def test_resume_with_a_changed_setting_names_the_flag_and_both_values(setup, tmp
                (["--alpha", "0.5"], "--alpha 0.0, this run has --alpha 0.5"),
                (["--lr", "0.5"], "--lr 1.0, this run has --lr 0.5"),
                (["--bf16"], "--bf16 False, this run has --bf16 True"),
+               (["--embeddings-mode", "static"], "--embeddings-mode 'rand', this run has --embeddings-mode 'static'"),
+               (["--freeze-embeddings"], "--embeddings-mode 'rand', this run has --embeddings-mode 'static'"),
                (["--teacher", setup / "other-teacher"], "--teacher")]
     from distill_helpers import make_teacher
     make_teacher(setup / "other-teacher", setup / "base", "sst2", seed=1)

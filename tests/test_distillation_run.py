@@ -43,6 +43,8 @@ def test_resume_config_records_every_setting_that_shapes_the_run_by_flag(tmp_pat
     assert flags["--no-augment"] is False and flags["--no-teacher"] is True and flags["--teacher"] is None
     assert flags["--train"].startswith(f"{train} (29 bytes, sha256 ")
     assert not {"--cache-dir", "--teacher-batch-size", "--eval-batch-size", "--max-minutes"} & set(flags)
+    # --freeze-embeddings is --embeddings-mode static: one flag says a change of either, the one with the values
+    assert "--freeze-embeddings" not in flags and flags["--embeddings-mode"] == "rand"
 
 
 def test_the_papers_sst2_student_counts_963002_parameters_besides_its_two_embedding_tables():

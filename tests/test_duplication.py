@@ -321,6 +321,8 @@ def test_bad_input_raises(bert, tmp_path):
         (lambda: duplication.deepen_bert(bert, []), "empty"),
         (lambda: duplication.parse_indices("", "--order"), "--order: empty"),
         (lambda: duplication.parse_indices("1,x", "--duplicate"), "--duplicate '1,x'"),
+        (lambda: duplication.parse_indices("٢,١", "--order"), "--order '٢,١'.*digits 0-9"),
+        (lambda: duplication.parse_indices("1,２", "--order"), "digits 0-9"),          # fullwidth 2
         (lambda: duplication.deepen_bert(albert2, [0, 0], tied=True), "--tied: ALBERT.*--repeat"),
         (lambda: duplication.repeat_albert(bert, 2), "BERT.*--duplicate"),
         (lambda: duplication.repeat_albert(albert2, 0), "--repeat 0"),
@@ -364,7 +366,7 @@ def test_probe_writes_both_models_as_json_in_percent_and_a_plot(tmp_path, capsys
     args = ("--model", tmp_path / "bert", "--duplicate", "0", "--max-sentences", 3)
     code, captured = run_script_in_process(capsys, "duplicate.py", *args, "--output", tmp_path / "a",
                                            "--json", tmp_path / "probe.json")
-    assert code == 1 and "--json writes the probe's results: add --probe" in captured.err
+    assert code == 2 and "--json writes the probe's results: add --probe" in error_line(code, captured)
     code, captured = run_script_in_process(capsys, "duplicate.py", *args, "--output", tmp_path / "a", "--probe",
                                            "--json", tmp_path / "probe.json")
     assert code == 0, captured.err
@@ -397,7 +399,8 @@ def test_cli_bad_arguments_are_usage_errors_or_one_line_errors(tmp_path, capsys)
         (("--model", tmp_path / "bert", "--repeat", "2", "--output", out), 1, "--repeat: this is a BERT"),
         (("--model", tmp_path / "albert", "--duplicate", "0", "--tied", "--output", out), 1,
          "--tied: ALBERT's layers are already shared; --repeat K gives the tied form"),
-        (("--model", tmp_path / "albert", "--repeat", "1", "--tied", "--output", out), 1, "--tied"),
+        (("--model", tmp_path / "albert", "--repeat", "1", "--tied", "--output", out), 2,
+         "--tied: ALBERT's layers are always shared; --repeat needs no --tied"),
         (("--model", tmp_path / "bert", "--duplicate", "0", "--output", tmp_path / "full"), 1, "--force"),
         (("--model", tmp_path / "bert", "--duplicate", "0"), 2, "--output"),
     ]:
@@ -421,7 +424,7 @@ def test_output_is_never_the_source_folder_nor_inside_or_around_it_even_with_for
     with pytest.raises(MiniBertError, match="is the folder of the model being copied"):   # --model FILE too
         duplication.check_output_dir(source, force=True, source=source / "config.json")
     (tmp_path / "file").write_text("x")
-    for args, expected in [(("--repeat", "0"), "--repeat: expected an integer >= 1, got 0"),
+    for args, expected in [(("--repeat", "0"), "--repeat: expected an integer in [1, 1000], got 0"),
                            (("--duplicate", "0", "--batch-size", "-1"), "--batch-size: expected an integer >= 1"),
                            (("--duplicate", "0", "--max-sentences", "0"), "--max-sentences: expected an integer >= 1")]:
         code, captured = run_script_in_process(capsys, "duplicate.py", "--model", source, "--output",
@@ -431,6 +434,49 @@ def test_output_is_never_the_source_folder_nor_inside_or_around_it_even_with_for
                                            "--output", tmp_path / "file")
     assert code == 2 and "--output: " + str(tmp_path / "file") + " is a file" in error_line(code, captured)
 
+
+def test_sizes_beyond_the_depth_limit_are_refused_before_any_copy(tmp_path, capsys):
+    save_tiny_model(tmp_path / "bert")
+    save_tiny_model(tmp_path / "albert", model_type="albert")       # 3 layers, one shared group
+    albert = load_pretrained(tmp_path / "albert")
+    duplication.repeat_albert(albert, 997)                          # 1,000 layers: the limit itself is allowed
+    with pytest.raises(MiniBertError, match="--repeat 998: would make a model of 1,001 layers; the limit is 1,000"):
+        duplication.repeat_albert(albert, 998)
+    with pytest.raises(MiniBertError, match="--duplicate: would make a model of 1,003 layers"):
+        duplication.duplicate_order(3, [0] * 1000)
+    out = tmp_path / "out"
+    for args, status, expected in [
+        (("--model", tmp_path / "albert", "--repeat", "100000000"), 2,
+         "argument --repeat: expected an integer in [1, 1000], got 100000000"),
+        (("--model", tmp_path / "albert", "--repeat", "998"), 1, "1,001 layers; the limit is 1,000"),
+        (("--model", tmp_path / "bert", "--order", ",".join(["0"] * 60000)), 1,
+         "--order: would make a model of 60,000 layers; the limit is 1,000"),
+    ]:
+        code, captured = run_script_in_process(capsys, "duplicate.py", *args, "--output", out)
+        assert code == status and expected in error_line(code, captured), captured.err
+    assert not out.exists()
+    assert "at most 1,000 layers" in run_script("duplicate.py", "--help").stdout
+
+
+def test_probe_inputs_are_read_before_the_output_is_written(tmp_path, capsys):
+    save_tiny_model(tmp_path / "bert")
+    (tmp_path / "empty.txt").write_text("\n\n")
+    for text, expected in [(tmp_path / "missing.txt", "missing.txt: file not found"),
+                           (tmp_path / "empty.txt", "empty.txt: no sentences")]:
+        code, captured = run_script_in_process(capsys, "duplicate.py", "--model", tmp_path / "bert", "--duplicate",
+                                               "0", "--output", tmp_path / "out", "--probe", "--text", text)
+        assert code == 1 and expected in error_line(code, captured)
+        assert not (tmp_path / "out").exists()                         # a rerun needs no --force
+
+
+def test_a_fine_tuned_folder_is_refused_naming_what_would_be_dropped(tmp_path, capsys):
+    save_tiny_model(tmp_path / "tuned")
+    (tmp_path / "tuned" / "task.json").write_text(json.dumps({"task": "sst2"}))
+    code, captured = run_script_in_process(capsys, "duplicate.py", "--model", tmp_path / "tuned", "--duplicate", "0",
+                                           "--output", tmp_path / "out")
+    line = error_line(code, captured)
+    assert code == 1 and "a fine-tuned model (it has task.json)" in line and "Give the pretrained model" in line
+    assert not (tmp_path / "out").exists()
 
 
 # ---- coursework exercises: duplicate-untied, duplicate-tied -------------------------------------

@@ -320,3 +320,14 @@ def test_task_json_names_the_bundled_model_by_the_name_that_loads_it(setup, tmp_
     record = json.loads((tmp_path / "run" / "task.json").read_text())
     assert record["base_model"] == "minibert-gutenberg"                       # not "None"
     assert load_pretrained(record["base_model"]).source_dir == load_pretrained().source_dir
+
+
+def test_a_run_stopped_mid_epoch_keeps_the_same_best_epoch_as_an_unstopped_one(setup, tmp_path):
+    straight = tune(setup, tmp_path / "straight", epochs=2)
+    stopped = tune(setup, tmp_path / "resumed", epochs=2, max_minutes=1e-9)    # stops after step 1 of 10
+    assert stopped["epochs_history"] == [] and stopped["best"] is None       # no mid-epoch evaluation to keep
+    assert not (tmp_path / "resumed" / "model.safetensors").exists()
+    resumed = tune(setup, tmp_path / "resumed", epochs=2, resume=True)
+    assert resumed["best"] == straight["best"]
+    assert ((tmp_path / "resumed" / "model.safetensors").read_bytes()
+            == (tmp_path / "straight" / "model.safetensors").read_bytes())

@@ -151,6 +151,15 @@ def test_an_empty_sentence_is_a_usage_error():
         walkthrough.main(["   "])
 
 
+def test_a_sentence_of_only_control_or_zero_width_characters_is_a_usage_error_saying_it_has_no_tokens(bundled):
+    for text in ("\u200b\u200d", "\x01\x02", "\ufeff\x7f"):
+        with pytest.raises(UsageError, match="has no tokens: the tokenizer drops control and zero-width characters"):
+            walkthrough.main([text])
+        with pytest.raises(MiniBertError, match="has no tokens"):
+            walkthrough.walk(bundled[0], bundled[1], text)
+    assert walkthrough.sentence_error(bundled[1], "a\u200b word") is None
+
+
 def test_albert_walk_shows_the_projection_and_the_shared_layer(tmp_path):
     model = save_tiny_model(tmp_path, model_type="albert")
     tokenizer = load_tokenizer(tmp_path)

@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from distill_helpers import make_distillation_data
+from helpers import error_line, run_script, run_script_in_process
 from minibert import distillation
 from minibert.support.errors import MiniBertError
-from minibert.support.word_vectors import read_word_vectors, teacher_embedding_matrix
+from minibert.support.distillation_settings import DistillationSettings, check_files
+from minibert.support.word_vectors import check_word_vectors, read_word_vectors, teacher_embedding_matrix
 
 
 def test_word_vectors_are_read_for_the_vocabulary_words_they_have(tmp_path):
@@ -22,6 +24,38 @@ def test_word_vectors_are_read_for_the_vocabulary_words_they_have(tmp_path):
     (tmp_path / "bad.txt").write_text("a 1 2\nb 1\n", encoding="utf-8")
     with pytest.raises(MiniBertError, match=r"bad.txt: line 2: 1 numbers; expected 2"):
         read_word_vectors(tmp_path / "bad.txt", ["a"])
+
+
+def test_a_header_whose_dimension_disagrees_with_its_lines_or_is_too_wide_is_refused(tmp_path, capsys):
+    path = tmp_path / "vectors.txt"
+    path.write_text("2 2\nthe 1 2 3 4\nfilm 5 6 7 8\n", encoding="utf-8")   # read as it says: "the 1 2" no word
+    for read in (lambda: read_word_vectors(path, ["the"]), lambda: check_word_vectors(path)):
+        with pytest.raises(MiniBertError, match=r"vectors.txt: line 2: a word and 4 numbers, but the header "
+                                                r"\(line 1\) says 2-dimensional vectors"):
+            read()
+    path.write_text("1 100000000000\nthe 1 2\n", encoding="utf-8")             # would ask for 18.4 TB
+    with pytest.raises(MiniBertError, match=r"line 1: the header says 100,000,000,000-dimensional vectors; "
+                                            r"expected 1 to 10,000"):
+        check_word_vectors(path)
+    assert "at most 10,000" in run_script("distill.py", "--help").stdout
+    code, captured = run_script_in_process(capsys, "distill.py", "--embedding-dim", "100000000000")
+    assert code == 2 and "--embedding-dim: expected an integer in [1, 10000]" in error_line(code, captured)
+    path.write_text("the 1 2\nnew york 3 4\n", encoding="utf-8")              # no header: GloVe 840B's spaces
+    assert read_word_vectors(path, ["new york"])[0]["new york"].tolist() == [3, 4]
+
+
+def test_every_line_is_checked_before_the_slow_work(tmp_path):
+    path = tmp_path / "vectors.txt"
+    lines = [f"w{i} {i} 1" for i in range(2000)] + ["late 1 x"]                  # a word no vocabulary asks for
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert read_word_vectors(path, ["w1"])[1] == 2                              # reading the words alone misses it
+    settings = DistillationSettings(embeddings=str(path))
+    with pytest.raises(MiniBertError, match=r"vectors.txt: line 2001: expected 2 numbers after the word"):
+        check_files(settings)                                                   # distill()'s first step
+    path.write_text("a 1 2\n", encoding="utf-8")
+    assert check_word_vectors(path) == 2
+    with pytest.raises(MiniBertError, match="not a regular file"):
+        check_word_vectors(tmp_path)
 
 
 def test_teacher_embeddings_are_copied_at_its_width_or_randomly_projected(tmp_path):

@@ -32,6 +32,7 @@ from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_tok
                                       is_token_cache, pack_blocks, tokenizer_fingerprint, vocabulary)
 from minibert.support.errors import MiniBertError
 from minibert.support.folders import recover_folder, write_folder
+from minibert.support.inputs import not_a_file
 from minibert.support.outputs import CHECKPOINT, file_identity, resume_from_checkpoint
 from minibert.tokenization import _wordpiece_from_vocab, wordpiece_tokenizer
 from minibert.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
@@ -66,8 +67,8 @@ def text_files(paths, what):
             files += found
         elif path.is_file():
             files.append(path)
-        else:
-            raise MiniBertError(f"{what} {path}: no such file or folder")
+        else:                            # missing, or a pipe or device (support/inputs.py copies those once)
+            raise MiniBertError(not_a_file(path, what, folders=True))
     return files
 
 

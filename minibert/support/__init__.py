@@ -9,6 +9,7 @@ Shared by every lesson and script:
     fileio.py                  atomic writes (temporary name, then rename), JSON files
     folders.py                 a module's weights and a JSON record in a model folder
     cli.py                     the scripts' flag checks and one-line `error: ...` exits
+    inputs.py                  input files that are pipes, read once; the message for a path that is no file
     reports.py                 metrics as a small table on screen, results ready for JSON
     devices.py                 `--device` -> torch.device; moving batches to it
     seeds.py                   seeds mixed from (seed, step, ...), so runs resume bit for bit
@@ -19,6 +20,7 @@ Shared by every lesson and script:
 For one lesson each:
 
     config_checks.py           model.py, deberta.py: the type and range of every config field
+    layer_orders.py            duplication.py: layer indices, the depth limit, a pretrained source
     tokenizer_files.py         tokenization.py: finding, reading and writing a folder's tokenizer files
     sentencepiece_model.py     tokenization.py: the pieces and settings of a SentencePiece `.model` file
     student_config.py          lstm.py: the checks of the student's config fields

@@ -44,6 +44,8 @@ def resume_config(task, settings, total_steps, model, tokenizer, record=None):
     for key, value in dataclasses.asdict(settings).items():
         if key == "augment":
             flags["--no-augment"] = not value
+        elif key == "freeze_embeddings":
+            continue            # resolved from --embeddings-mode (static), which names the change rightly
         elif key not in NOT_COMPARED:
             flags[f"--{key.replace('_', '-')}"] = value
     if record is not None:

@@ -111,9 +111,12 @@ PAPER_CONFIGS = {"sst2": {"embeddings_mode": "multichannel", "embedding_dim": 30
 def check_files(settings):
     """The files the settings name exist: a typo must not surface only after
     hours of augmentation and teacher logits."""
-    if settings.embeddings not in ("random", "teacher") and not Path(settings.embeddings).is_file():
-        raise MiniBertError(f"--embeddings {settings.embeddings}: expected random, teacher or a word-vectors file "
-                            f"(no such file)")
+    if settings.embeddings not in ("random", "teacher"):
+        if not Path(settings.embeddings).exists():
+            raise MiniBertError(f"--embeddings {settings.embeddings}: expected random, teacher or a word-vectors "
+                                f"file (no such file)")
+        from minibert.support.word_vectors import check_word_vectors
+        check_word_vectors(settings.embeddings, settings.embedding_dim)     # every line, before the slow work
     if settings.pos_file is not None and not Path(settings.pos_file).is_file():
         raise MiniBertError(f"--pos-file {settings.pos_file}: no such file")
 

@@ -8,6 +8,9 @@ from minibert.support.errors import MiniBertError
 
 REQUIRED = ("vocab_size", "num_classes")
 EMBEDDINGS_MODES = ("rand", "static", "nonstatic", "multichannel")    # the authors' names (d-bert model/base.py)
+# The widest published word vectors are 300-d (word2vec, GloVe, fastText) and BERT-large's embeddings 1,024-d; a
+# width beyond this is a typo or a broken file (a vectors header "1 100000000000" asked for 18.4 TB).
+MAX_EMBEDDING_DIM = 10_000
 
 
 def check_student_fields(values, source):

@@ -1,0 +1,68 @@
+"""Input files that are pipes, and the message for a path that is no file.
+
+A run reads its data files more than once: finetune.py reads --train's first
+line to tell its format, then the whole file, then hashes it for --resume;
+train_mlm.py trains its vocabulary on the corpus, then tokenizes it. A pipe
+(`--train <(zcat train.tsv.gz)`, a FIFO) gives its bytes only once, so the
+second read found it empty and said "the file is empty" or "looks like a
+TSV". `read_once` copies such an input into a temporary regular file the
+first time, and the run reads that copy as often as it needs; messages about
+its lines then name the copy (`.../train-63` for /dev/fd/63). The copies are
+removed when the process ends. Waiting on a FIFO that no one writes is
+ordinary Unix behaviour and stays.
+"""
+
+import atexit
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from minibert.support.errors import MiniBertError
+
+_copies = []            # the temporary folders holding this process's copies of pipes
+
+
+def kind_of(path):
+    """What a path that exists but is no regular file or folder is, in words."""
+    mode = Path(path).stat().st_mode
+    if stat.S_ISFIFO(mode):
+        return "a pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def not_a_file(path, flag, folders=False):
+    """The one-line message for an input `path` that cannot be read as a file
+    (folders=True: nor as a folder of files), or None if it can."""
+    path = Path(path)
+    if path.is_file() or (folders and path.is_dir()):
+        return None
+    if not path.exists():
+        return f"{flag} {path}: no such file" + (" or folder" if folders else "")
+    if path.is_dir():
+        return f"{flag} {path}: a folder; expected a file"
+    return f"{flag} {path}: {kind_of(path)}; expected a file" + (" or a folder" if folders else "")
+
+
+def read_once(path, flag):
+    """`path` itself if it is a regular file, a folder or missing (the
+    caller's checks say what is wrong); for a pipe, a character device or a
+    socket, the path of a regular temporary copy of all it gives, read once."""
+    if path is None or not Path(path).exists() or Path(path).is_file() or Path(path).is_dir():
+        return path
+    if not _copies:
+        _copies.append(tempfile.mkdtemp(prefix="minibert-inputs-"))
+        atexit.register(shutil.rmtree, _copies[0], ignore_errors=True)
+    copy = Path(_copies[0]) / f"{flag.lstrip('-')}-{Path(path).name}"
+    if copy.exists():               # the same pipe named twice: copied already (opening it again would wait)
+        return copy
+    try:
+        with open(path, "rb") as source, open(copy, "xb") as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+    except OSError as e:
+        raise MiniBertError(f"{flag} {path}: cannot read ({e.strerror or e})") from None
+    return copy

@@ -1,0 +1,45 @@
+"""Support for minibert/duplication.py: the checks of a layer order before
+any layer is copied.
+
+Nothing else bounds how deep a duplicated model gets: `--repeat 100000000`
+on an ALBERT builds a config of 100,000,003 layers (a model no script can
+run), and an untied `--order` of 60,000 entries copies 60,000 layers until
+the allocator gives up. MAX_DEPTH is far above any model of the paper
+(BERT-large duplicated whole is 48 layers) and still fits: 1,000 untied
+BERT-base layers are 7.1M parameters each, 28 GB in float32.
+"""
+
+import re
+
+from minibert.support.errors import MiniBertError
+
+MAX_DEPTH = 1000
+INDEX = re.compile(r"-?[0-9]+")     # ASCII digits only: int() would also read "٢" (Arabic-Indic two) as 2
+
+
+def parse_indices(text, flag):
+    """"0,1,2" -> [0, 1, 2]; anything else is a MiniBertError naming the flag."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise MiniBertError(f"{flag}: empty; expected comma-separated layer indices such as 0,1,2")
+    if not all(INDEX.fullmatch(p) for p in parts):
+        raise MiniBertError(f"{flag} {text!r}: expected comma-separated integer layer indices such as 0,1,2 "
+                            f"(digits 0-9)")
+    return [int(p) for p in parts]
+
+
+def check_depth(depth, flag):
+    """A deeper model of `depth` layers is one that fits (MAX_DEPTH above)."""
+    if depth > MAX_DEPTH:
+        raise MiniBertError(f"{flag}: would make a model of {depth:,} layers; the limit is {MAX_DEPTH:,}")
+
+
+def check_pretrained_source(folder):
+    """Duplication copies an encoder with its pretraining heads. A fine-tuned
+    folder (finetune.py's, with task.json) has a task head that the copy
+    would drop, together with task.json: refused, rather than writing a
+    model that is neither the fine-tuned one nor its base."""
+    if folder is not None and (folder / "task.json").is_file():
+        raise MiniBertError(f"--model {folder}: a fine-tuned model (it has task.json); duplicating it would drop "
+                            f"its task head and task.json. Give the pretrained model it was fine-tuned from, "
+                            f"then fine-tune the deeper one")
