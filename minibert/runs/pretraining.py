@@ -33,7 +33,7 @@ from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_tok
 from minibert.support.errors import MiniBertError
 from minibert.support.folders import recover_folder, write_folder
 from minibert.support.inputs import not_a_file
-from minibert.support.outputs import CHECKPOINT, file_identity, resume_from_checkpoint
+from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, file_identity, resume_from_checkpoint
 from minibert.tokenization import _wordpiece_from_vocab, wordpiece_tokenizer
 from minibert.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
 
@@ -151,7 +151,8 @@ def save_model_folder(model, tokenizer, output):
     which then replaces it, with the run's checkpoint.pt, its token cache and
     a user's own files carried over. A kill leaves the old folder or the new
     one, never new weights beside an old vocabulary."""
-    write_folder(output, lambda staging: save_pretrained(model, staging, tokenizer=tokenizer))
+    write_folder(output, lambda staging: save_pretrained(model, staging, tokenizer=tokenizer),
+                 leave_behind=MODEL_FOLDER_FILES)     # --force over another model: none of its files stays
 
 
 # ----------------------------------------------------------------------------
