@@ -1,9 +1,13 @@
-"""Small helpers several test files share: running a script, one and two processes, encoding protobuf varints."""
+"""Small helpers several test files share: running a script, one and two processes, encoding protobuf varints,
+a local HTTP server."""
 
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -67,3 +71,19 @@ def error_line(code, captured):
     else:
         assert len(lines) == 1, captured.err
     return lines[-1]
+
+
+@contextlib.contextmanager
+def local_server(state, handler):
+    """Serve `handler` on 127.0.0.1 (a free port) in a thread; state.url is its address."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+

@@ -11,9 +11,8 @@ import io
 import re
 import socket
 import tarfile
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -21,6 +20,7 @@ from minibert.support import google_archives
 from minibert.support.errors import MiniBertError
 from minibert.support.google_archives import archive_names, archive_url, download_archive, unpack_archive
 from minibert.support.hub import resolve_model_dir
+from helpers import local_server
 
 BERT_NAME = "tf:bert-uncased-L-2-H-128"
 BERT_FOLDER = "bert-uncased-L-2-H-128"      # its folder in the cache
@@ -101,15 +101,8 @@ def make_handler(state):
 @pytest.fixture
 def server():
     state = FakeServer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with local_server(state, make_handler(state)):
+        yield state
 
 
 @pytest.fixture

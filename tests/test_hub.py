@@ -16,8 +16,7 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -29,6 +28,7 @@ from minibert.checkpoints.safetensors import load_safetensors
 from minibert.support import hub
 from minibert.support.errors import MiniBertError
 from minibert.support.hub import SHORT_NAMES, resolve_model_dir
+from helpers import local_server
 from tiny_models import save_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -139,14 +139,8 @@ def make_handler(state):
 @pytest.fixture
 def fake_hub():
     state = FakeHub()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with local_server(state, make_handler(state)):
+        yield state
 
 
 @pytest.fixture
