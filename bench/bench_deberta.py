@@ -103,7 +103,7 @@ def forward(name, model, batch):
         output = model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         return output.last_hidden_state
     return model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                 all_hidden_states=False).hidden_states[-1]
+                 all_hidden_states=False).last_hidden_state
 
 
 def check_parity(models, batches):

@@ -59,7 +59,7 @@ def loss(name, model, batch):
     inputs = dict(attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"])
     if name == SPARSE:   # the head on the masked positions only, as MaskedLMObjective runs it
         positions = labels != -100
-        logits = model(batch["input_ids"], mlm_positions=positions, **inputs).mlm_logits    # (N, V)
+        logits = model(batch["input_ids"], mlm_positions=positions, **inputs).selected_mlm_logits    # (N, V)
         return F.cross_entropy(logits, labels[positions])
     if name == FULL:
         logits = model(batch["input_ids"], **inputs).mlm_logits                            # (B, T, V)

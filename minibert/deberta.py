@@ -114,8 +114,6 @@ class DebertaConfig:
     # Not a property of the weights (see BertConfig.written_out).
     written_out: bool = False
 
-    inner_group_num = 1   # not a field: probing.py's depth_descriptions asks it of every config
-
     def __post_init__(self):
         # HF reads pos_att_type as "c2p|p2c" or a list, lower-cased.
         if isinstance(self.pos_att_type, str):
@@ -191,6 +189,15 @@ class DebertaConfig:
     def depth_plan(self):
         """Which layer runs at each depth (BertConfig's method): each its own."""
         return list(range(self.num_hidden_layers))
+
+    def depth_labels(self, layer_order=None):
+        """What produced each of the L + 1 hidden states (BertConfig's method):
+        "embeddings", then "layer i", "layer i (copy)" for a later run of i."""
+        labels, runs = ["embeddings"], set()
+        for layer in (layer_order if layer_order is not None else self.depth_plan()):
+            labels.append(f"layer {layer}" + (" (copy)" if layer in runs else ""))
+            runs.add(layer)
+        return labels
 
 
 # What DebertaV2Config assumes where a "deberta-v2" config.json leaves a size
@@ -543,19 +550,18 @@ class DebertaEncoder(nn.Module):
         return P, delta - first
 
     def forward(self, x, attention_mask, keep_all=True):
-        """x (B, T, H) the embedding output, attention_mask (B, T). Returns
-        [x, output of layer 0, ..., output of layer L-1]; with keep_all=False
-        only the last two of them (the Enhanced Mask Decoder reads the
-        second-to-last)."""
+        """x (B, T, H) the embedding output, attention_mask (B, T). As BERT's
+        Encoder: the hidden states [x, h_1, ..., h_L], or with keep_all=False
+        the last two (the Enhanced Mask Decoder reads h_(L-1))."""
         mask = pairwise_mask(attention_mask)                 # (B, 1, T, T)
         P, delta = self.relative_inputs(x.shape[1], x.device)
-        outputs = [x]
+        states = [x]
         for depth, layer in enumerate(self.layers):
-            y = layer(outputs[-1], mask, P, delta)
+            h = layer(states[-1], mask, P, delta)
             if depth == 0 and self.conv is not None:
-                y = self.conv(x, y, attention_mask)
-            outputs = outputs + [y] if keep_all else [outputs[-1], y]
-        return outputs
+                h = self.conv(x, h, attention_mask)
+            states = states + [h] if keep_all else [states[-1], h]
+        return states
 
 
 # ----------------------------------------------------------------------------
@@ -584,8 +590,8 @@ class DebertaPooler(Pooler):
 class DebertaModel(nn.Module):
     """Embeddings -> encoder -> heads, with BertModel's interface:
     `model(input_ids, attention_mask=None, token_type_ids=None)` returns a
-    minibert.model.BertModelOutput (hidden_states: L + 1 tensors, the
-    embedding output then each layer; mlm_logits; pooled_output).
+    minibert.model.BertModelOutput (last_hidden_state; hidden_states: L + 1
+    tensors, the embedding output then each layer; mlm_logits; pooled_output).
 
     MLM logits, two ways:
       * `output.mlm_logits` is what DeBERTa was pre-trained to predict: the
@@ -637,20 +643,24 @@ class DebertaModel(nn.Module):
         and token_type_ids are (B, T); token types are ignored when
         type_vocab_size is 0 (every released model). `mlm_positions` (B, T)
         boolean runs the MLM head (after EMD) on those positions only: the
-        logits are then (N, V), else (B, T, V)."""
+        logits are then `selected_mlm_logits` (N, V), else `mlm_logits`
+        (B, T, V)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids, attention_mask)         # (B, T, H)
         states = self.encoder(x, attention_mask, keep_all=all_hidden_states)
-        hidden_states = tuple(states) if all_hidden_states else (states[-1],)
 
-        output = BertModelOutput(hidden_states=hidden_states)
+        output = BertModelOutput(states[-1], hidden_states=tuple(states) if all_hidden_states else None)
         if self.pooler is not None:
             output.pooled_output = self.pooler(states[-1])
         if self.mlm_head is not None:
-            output.mlm_logits = self.mlm_logits(states, attention_mask, mlm_positions)
+            logits = self.mlm_logits(states, attention_mask, mlm_positions)
+            if mlm_positions is None:
+                output.mlm_logits = logits              # (B, T, V)
+            else:
+                output.selected_mlm_logits = logits     # (N, V)
         return output
 
     def drop_pretraining_heads(self, keep_pooler=True):

@@ -132,6 +132,24 @@ class BertConfig:
         return plan
         # end exercise
 
+    def depth_labels(self, layer_order=None):
+        """What produced each of the L + 1 hidden states, in words. BERT:
+        "layer i", and "layer i (copy)" for a later run of layer i (a model
+        duplicated by Kao et al., whose `layer_order` of source layers may be
+        given). ALBERT: which shared group ran, and the how-many-th time."""
+        albert = self.model_type == "albert"
+        labels = ["embeddings (projected to H)" if albert else "embeddings"]
+        runs = {}
+        for group in (layer_order if layer_order is not None else self.depth_plan()):
+            runs[group] = runs.get(group, 0) + 1
+            for inner in range(self.inner_group_num):
+                if albert:
+                    name = f"group {group}" + (f".{inner}" if self.inner_group_num > 1 else "")
+                    labels.append(f"{name}, run {runs[group]}")
+                else:
+                    labels.append(f"layer {group}" + (" (copy)" if runs[group] > 1 else ""))
+        return labels
+
     def validate(self):
         """Each field's type and range, or a MiniBertError naming the field
         (the checks are support code: minibert/support/config_checks.py)."""
@@ -434,19 +452,19 @@ class Encoder(nn.Module):
                                     for _ in range(config.num_groups * config.inner_group_num))
 
     def forward(self, x, attention_bias, keep_all=True):
-        """Returns the output of every executed layer (not including the input
-        x): L outputs, or L * inner_group_num for ALBERT groups of several
-        layers, the order Hugging Face's `output_hidden_states` uses. With
-        keep_all=False only the last one: each output is then freed as soon as
-        the next layer has read it."""
-        outputs = []
+        """The hidden states [x, h_1, ..., h_L]: the input, then the output of
+        every executed layer (L * inner_group_num for ALBERT groups of several
+        layers), the order of Hugging Face's `output_hidden_states`. With
+        keep_all=False only the last two, [h_(L-1), h_L], each earlier state
+        freed as soon as the next layer has read it. DebertaEncoder keeps the
+        same contract."""
+        states = [x]
         for group in self.depth_plan:
             first = group * self.inner_group_num
             for layer in self.layers[first:first + self.inner_group_num]:
-                x = layer(x, attention_bias)
-                if keep_all:
-                    outputs.append(x)
-        return outputs if keep_all else [x]
+                h = layer(states[-1], attention_bias)
+                states = states + [h] if keep_all else [states[-1], h]
+        return states
 
 
 # ----------------------------------------------------------------------------
@@ -487,27 +505,28 @@ class MaskedLMHead(nn.Module):
 
 @dataclass
 class BertModelOutput:
-    """What BertModel returns.
+    """What BertModel (and DebertaModel) returns.
 
+    last_hidden_state: (B, T, H), the last layer's output.
     hidden_states: L + 1 tensors (B, T, H): the embedding output (after ALBERT's
         projection), then the output of each executed layer; the same order as
-        Hugging Face's `output_hidden_states`. Only the last layer's output
-        when the model was called with all_hidden_states=False.
+        Hugging Face's `output_hidden_states`. None when the model was called
+        with all_hidden_states=False.
     pooled_output: (B, H) or None when the model has no pooler.
-    mlm_logits: (B, T, V), or (N, V) for the N positions in `mlm_positions`;
-        None when the model has no MLM head.
+    mlm_logits: (B, T, V), None when the model has no MLM head or was asked
+        for `mlm_positions`.
+    selected_mlm_logits: (N, V), the MLM logits at the N positions of
+        `mlm_positions` (in row-major order), None when it was not given.
     pair_logits: (B, 2) sentence-pair logits: next-sentence prediction (BERT,
         0 = B follows A) or sentence order (ALBERT, 0 = in order); None when
         the model has no pair head.
     """
-    hidden_states: tuple
+    last_hidden_state: torch.Tensor
+    hidden_states: Optional[tuple] = None
     pooled_output: Optional[torch.Tensor] = None
     mlm_logits: Optional[torch.Tensor] = None
+    selected_mlm_logits: Optional[torch.Tensor] = None
     pair_logits: Optional[torch.Tensor] = None
-
-    @property
-    def last_hidden_state(self):
-        return self.hidden_states[-1]
 
 
 # ----------------------------------------------------------------------------
@@ -583,28 +602,31 @@ class BertModel(nn.Module):
         token_type_ids are (B, T) integer tensors. `mlm_positions`, a (B, T)
         boolean tensor, runs the MLM head on those positions only (pretraining
         needs it only where tokens were masked, and the V-wide projection is
-        most of a small model's compute). `all_hidden_states=False` keeps only
-        the last layer's output, for inference that needs just the heads or
-        the last layer: L fewer (B, T, H) tensors held, the memory
-        transformers saves with its default output_hidden_states=False."""
+        most of a small model's compute): `selected_mlm_logits` holds them.
+        `all_hidden_states=False` keeps only the last layer's output, for
+        inference that needs just the heads or the last layer: L fewer
+        (B, T, H) tensors held, the memory transformers saves with its default
+        output_hidden_states=False."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)        # (B, T, H)
         attention_bias = padding_bias(attention_mask, x.dtype)  # (B, 1, 1, T)
-        layer_outputs = self.encoder(x, attention_bias, keep_all=all_hidden_states)
-        hidden_states = (x, *layer_outputs) if all_hidden_states else tuple(layer_outputs)
-        sequence_output = hidden_states[-1]
+        states = self.encoder(x, attention_bias, keep_all=all_hidden_states)
+        sequence_output = states[-1]
 
-        output = BertModelOutput(hidden_states=hidden_states)
+        output = BertModelOutput(sequence_output, hidden_states=tuple(states) if all_hidden_states else None)
         if self.pooler is not None:
             output.pooled_output = self.pooler(sequence_output)
         if self.pair_head is not None:
             output.pair_logits = self.pair_head(output.pooled_output)
         if self.mlm_head is not None:
-            selected = sequence_output if mlm_positions is None else sequence_output[mlm_positions]  # (N, H)
-            output.mlm_logits = self.mlm_head(selected, self.embeddings.word_embeddings.weight)
+            word_embeddings = self.embeddings.word_embeddings.weight
+            if mlm_positions is None:
+                output.mlm_logits = self.mlm_head(sequence_output, word_embeddings)                    # (B, T, V)
+            else:
+                output.selected_mlm_logits = self.mlm_head(sequence_output[mlm_positions], word_embeddings)  # (N, V)
         return output
 
     def drop_pretraining_heads(self, keep_pooler=True):

@@ -37,7 +37,7 @@ def masked_lm_loss(model, batch):
     output = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                    token_type_ids=batch["token_type_ids"], mlm_positions=positions)
     labels = batch["mlm_labels"][positions]
-    logits = output.mlm_logits.float()                       # (N, V), N = chosen positions
+    logits = output.selected_mlm_logits.float()              # (N, V), N = chosen positions
     return (F.cross_entropy(logits, labels, reduction="sum"), (logits.argmax(-1) == labels).sum()), output
     # end exercise
 

@@ -150,7 +150,7 @@ class Score:
 @dataclass
 class LayerResult:
     layer: int              # index into hidden_states: 0 = embeddings
-    description: str        # what produced it, e.g. "layer 3" or "group 0, pass 2"
+    description: str        # what produced it, e.g. "layer 3" or "group 0, run 2"
     top1: float
     top5: float
     cross_entropy: float    # mean over tokens, nats
@@ -175,25 +175,8 @@ class ProbeResult:
 
 
 def depth_descriptions(config, order=None):
-    """What produced each hidden state, in words (L + 1 strings).
-
-    BERT: "layer i" for encoder.layer.i. A tied duplicated BERT (layer_order)
-    or an untied one whose `order` of source layers is known: "layer i" for
-    the first run of source layer i, "layer i (copy)" after that. ALBERT:
-    which shared group ran, and the how-many-th time."""
-    albert = config.model_type == "albert"
-    labels = ["embeddings (projected to H)" if albert else "embeddings"]
-    plan = order if order is not None else config.depth_plan()
-    passes = {}
-    for group in plan:
-        passes[group] = passes.get(group, 0) + 1
-        for inner in range(config.inner_group_num):
-            if albert:
-                name = f"group {group}" + (f".{inner}" if config.inner_group_num > 1 else "")
-                labels.append(f"{name}, pass {passes[group]}")
-            else:
-                labels.append(f"layer {group}" + (" (copy)" if passes[group] > 1 else ""))
-    return labels
+    """What produced each hidden state, in words (L + 1 strings): the config's own depth labels."""
+    return config.depth_labels(order)
 
 
 # ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ def model_output(batch=2, length=5, seed=0):
     generator = torch.Generator().manual_seed(seed)
     hidden = torch.randn(batch, length, CONFIG.hidden_size, generator=generator)
     pooled = torch.randn(batch, CONFIG.hidden_size, generator=generator)
-    return BertModelOutput(hidden_states=(hidden,), pooled_output=pooled)
+    return BertModelOutput(hidden, pooled_output=pooled)
 
 
 def test_output_layer_reads_the_pooled_vector_or_every_token():
@@ -118,7 +118,7 @@ def test_exercise_classification_head_reads_the_pooled_output():
         head.classifier.weight.copy_(torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, -1.0], [0.5, 0.5, 0.5, 0.5]]))
         head.classifier.bias.copy_(torch.tensor([0.0, 1.0, -1.0]))
     pooled = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, -1.0, 0.0, 1.0]])
-    output = BertModelOutput(hidden_states=(torch.full((2, 5, 4), 7.0),), pooled_output=pooled)
+    output = BertModelOutput(torch.full((2, 5, 4), 7.0), pooled_output=pooled)
     logits = head(output)
     assert logits.shape == (2, 3)
     torch.testing.assert_close(logits, torch.tensor([[1.0, 1.0, 4.0], [0.0, -2.0, -1.0]]), rtol=1e-5, atol=1e-8)
@@ -128,7 +128,7 @@ def test_exercise_classification_head_per_token_reads_every_token():
     torch.manual_seed(0)
     head = OutputLayer(_exercise_config(), 2, per_token=True).eval()
     last = torch.randn(2, 5, 4)
-    output = BertModelOutput(hidden_states=(torch.zeros(2, 5, 4), last), pooled_output=torch.zeros(2, 4))
+    output = BertModelOutput(last, hidden_states=(torch.zeros(2, 5, 4), last), pooled_output=torch.zeros(2, 4))
     logits = head(output)
     assert logits.shape == (2, 5, 2)
     torch.testing.assert_close(logits, last @ head.classifier.weight.T + head.classifier.bias, rtol=1e-5, atol=1e-6)
@@ -139,7 +139,7 @@ def test_exercise_classification_head_applies_dropout_when_training():
     head = OutputLayer(_exercise_config(), 3, per_token=False).train()
     pooled = torch.randn(6, 4)
     torch.manual_seed(1)
-    logits = head(BertModelOutput(hidden_states=(torch.zeros(6, 2, 4),), pooled_output=pooled))
+    logits = head(BertModelOutput(torch.zeros(6, 2, 4), pooled_output=pooled))
     torch.manual_seed(1)
     expected = F.linear(F.dropout(pooled, p=0.5, training=True), head.classifier.weight, head.classifier.bias)
     torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-6)

@@ -285,7 +285,7 @@ def test_mlm_head_on_selected_positions_equals_full_head_at_those_positions():
     positions[0, 3] = positions[1, 1] = positions[2, 2] = True
     with torch.no_grad():
         full = model(input_ids, attention_mask).mlm_logits
-        sparse = model(input_ids, attention_mask, mlm_positions=positions).mlm_logits
+        sparse = model(input_ids, attention_mask, mlm_positions=positions).selected_mlm_logits
     assert sparse.shape == (3, 50)
     assert (sparse - full[positions]).abs().max() < 1e-5
 
@@ -299,7 +299,7 @@ def test_keeping_only_the_last_hidden_state_changes_no_output():
     with torch.no_grad():
         full = model(input_ids, attention_mask, token_type_ids)
         last_only = model(input_ids, attention_mask, token_type_ids, all_hidden_states=False)
-    assert len(full.hidden_states) == 1 + 4 * 2 and len(last_only.hidden_states) == 1
+    assert len(full.hidden_states) == 1 + 4 * 2 and last_only.hidden_states is None
     assert torch.equal(full.last_hidden_state, last_only.last_hidden_state)
     assert torch.equal(full.mlm_logits, last_only.mlm_logits) and torch.equal(full.pair_logits, last_only.pair_logits)
 
@@ -447,3 +447,30 @@ def test_exercise_albert_depth_plan():
     assert plan(4, 2) == [0, 0, 1, 1]
     assert plan(12, 3) == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
     assert plan(5, 2) == [0, 0, 0, 1, 1]                               # l * G // L: 0, 0.4, 0.8, 1.2, 1.6
+
+
+def test_bert_and_deberta_encoders_return_the_input_then_every_layer_or_the_last_two():
+    from minibert.deberta import DebertaConfig, DebertaModel
+    bert = BertModel(small_config(num_hidden_layers=3)).eval()
+    deberta = DebertaModel(DebertaConfig(vocab_size=50, hidden_size=8, num_hidden_layers=3, num_attention_heads=2,
+                                         intermediate_size=16, max_position_embeddings=16)).eval()
+    x, mask = randn(1, 4, 8), torch.ones(1, 4, dtype=torch.long)
+    with torch.no_grad():
+        for encoder, second in ((bert.encoder, torch.zeros(1, 1, 1, 4)), (deberta.encoder, mask)):
+            states = encoder(x, second)
+            last_two = encoder(x, second, keep_all=False)
+            assert len(states) == 4 and states[0] is x
+            assert torch.equal(last_two[0], states[-2]) and torch.equal(last_two[1], states[-1])
+
+
+def test_depth_labels_name_each_hidden_state_for_bert_copies_albert_runs_and_deberta():
+    from minibert.deberta import DebertaConfig
+    assert small_config(num_hidden_layers=2).depth_labels() == ["embeddings", "layer 0", "layer 1"]
+    assert small_config(num_hidden_layers=2).depth_labels([0, 0, 1]) == \
+        ["embeddings", "layer 0", "layer 0 (copy)", "layer 1"]
+    albert = small_config(model_type="albert", embedding_size=4, num_hidden_layers=2, num_hidden_groups=1)
+    assert albert.depth_labels() == ["embeddings (projected to H)", "group 0, run 1", "group 0, run 2"]
+    deberta = DebertaConfig(vocab_size=50, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=16, max_position_embeddings=16)
+    assert deberta.depth_labels([1, 1]) == ["embeddings", "layer 1", "layer 1 (copy)"]
+    assert not hasattr(deberta, "inner_group_num")

@@ -445,7 +445,7 @@ class FixedLogitsModel:
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, mlm_positions=None):
         self.calls.append((input_ids, attention_mask, token_type_ids))
         logits = self.logits if mlm_positions is None else self.logits[mlm_positions]
-        return types.SimpleNamespace(mlm_logits=logits)
+        return types.SimpleNamespace(selected_mlm_logits=logits)
 
 
 def test_exercise_mlm_loss():
@@ -460,7 +460,7 @@ def test_exercise_mlm_loss():
     expected = -math.log(e ** 2 / (e ** 2 + 2)) - math.log(e / (1 + e + e ** 3))
     assert loss.item() == pytest.approx(expected, rel=1e-6)            # a sum over the chosen positions, not a mean
     assert int(correct) == 1                                          # argmax right at position 0 only
-    assert output.mlm_logits is not None and len(model.calls) == 1
+    assert output.selected_mlm_logits is not None and len(model.calls) == 1
     assert torch.equal(model.calls[0][0], batch["input_ids"]) and torch.equal(model.calls[0][1], batch["attention_mask"])
 
 

@@ -78,7 +78,7 @@ def test_the_head_reads_the_pooled_vector():
     config = BertConfig(vocab_size=10, hidden_size=32, num_attention_heads=4, initializer_range=0.02)
     head = ClassificationTask("snli").make_head(config).eval()
     pooled = torch.randn(2, 32)
-    logits = head(BertModelOutput(hidden_states=(torch.randn(2, 5, 32),), pooled_output=pooled))
+    logits = head(BertModelOutput(torch.randn(2, 5, 32), pooled_output=pooled))
     assert logits.shape == (2, 3)
     assert torch.allclose(logits, pooled @ head.classifier.weight.T + head.classifier.bias)
 

@@ -151,7 +151,7 @@ def test_head_loss_and_outputs():
     head = task.make_head(config).eval()
     assert torch.all(head.classifier.bias == 0) and 0.005 < head.classifier.weight.std() < 0.05
     hidden = torch.randn(2, 4, 32)
-    logits = head(BertModelOutput(hidden_states=(hidden,)))
+    logits = head(BertModelOutput(hidden))
     assert logits.shape == (2, 4, len(LABELS))
 
     labels = torch.tensor([[IGNORE_INDEX, 2, IGNORE_INDEX, IGNORE_INDEX], [IGNORE_INDEX, 0, 1, IGNORE_INDEX]])

@@ -197,7 +197,7 @@ def test_head_loss_and_outputs_ignore_padding():
     task = SquadTask()
     head = task.make_head(tiny_config(50))
     assert torch.all(head.span.bias == 0)
-    assert head(BertModelOutput(hidden_states=(torch.randn(2, 5, 32),))).shape == (2, 5, 2)
+    assert head(BertModelOutput(torch.randn(2, 5, 32))).shape == (2, 5, 2)
 
     logits = torch.tensor([[[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [9.0, 9.0], [9.0, 9.0]],
                            [[0.0, 0.0], [0.0, 1.0], [2.0, 0.0], [0.0, 0.0], [0.0, 0.0]]])
