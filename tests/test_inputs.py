@@ -70,3 +70,19 @@ def test_distill_names_a_folder_given_as_train_file(tmp_path, capsys):
     code, captured = run_script_in_process(capsys, "distill.py", "--task", "sst2", "--no-teacher", "--train",
                                            tmp_path / "folder", "--output", tmp_path / "student", "--quiet")
     assert code == 1 and f"--train {tmp_path / 'folder'}: a folder; expected a file" in error_line(code, captured)
+
+
+def test_an_error_about_a_piped_input_names_the_path_given_not_the_copy(tmp_path, capsys):
+    from minibert.support.cli import run
+    writer = fifo_fed_with(tmp_path / "train.tsv", b"sentence\tlabel\na good film\tmaybe\n")
+
+    def main(argv):
+        copy = read_once(tmp_path / "train.tsv", "--train")
+        make_task("sst2").read(copy)          # line 2's label is no label of SST-2
+
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, [])
+    writer.join(timeout=10)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.count("\n") == 1
+    assert f"{tmp_path / 'train.tsv'}: line 2: unknown sst2 label 'maybe'" in err and "minibert-inputs-" not in err

@@ -103,16 +103,22 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+def one_line(error):
+    """An error's message on one line, a piped input named as the user gave it."""
+    from minibert.support.inputs import as_given
+    return as_given(" ".join(str(error).split()))
+
+
 def run(main, argv=None):
     from minibert.support.folders import release_locks
     try:
         status = main(argv)
     except UsageError as e:
         print(e.usage.rstrip(), file=sys.stderr)
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
     except MiniBertError as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, whatever the message held
+        print(f"error: {one_line(e)}", file=sys.stderr)  # one line, whatever the message held
         sys.exit(1)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -6,9 +6,10 @@ train_mlm.py trains its vocabulary on the corpus, then tokenizes it. A pipe
 (`--train <(zcat train.tsv.gz)`, a FIFO) gives its bytes only once, so the
 second read found it empty and said "the file is empty" or "looks like a
 TSV". `read_once` copies such an input into a temporary regular file the
-first time, and the run reads that copy as often as it needs; messages about
-its lines then name the copy (`.../train-63` for /dev/fd/63). The copies are
-removed when the process ends. Waiting on a FIFO that no one writes is
+first time, and the run reads that copy as often as it needs. A message about
+its lines names the path the user gave, not the copy: `as_given` puts it back,
+and cli.run calls it on every error. The copies are removed when the process
+ends. Waiting on a FIFO that no one writes is
 ordinary Unix behaviour and stays.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from minibert.support.errors import MiniBertError
 
 _copies = []            # the temporary folders holding this process's copies of pipes
+_given = {}             # each copy's path -> the path the user gave
 
 
 def kind_of(path):
@@ -65,4 +67,12 @@ def read_once(path, flag):
             shutil.copyfileobj(source, target, 1 << 20)
     except OSError as e:
         raise MiniBertError(f"{flag} {path}: cannot read ({e.strerror or e})") from None
+    _given[str(copy)] = str(path)
     return copy
+
+
+def as_given(message):
+    """`message` with every pipe's copy named by the path the user gave."""
+    for copy, given in _given.items():
+        message = message.replace(copy, given)
+    return message
