@@ -23,6 +23,7 @@ from minibert.support.errors import MiniBertError
 
 _copies = []            # the temporary folders holding this process's copies of pipes
 _given = {}             # each copy's path -> the path the user gave
+_copy_of = {}           # (device, inode) of each pipe read -> its copy
 
 
 def kind_of(path):
@@ -59,15 +60,18 @@ def read_once(path, flag):
     if not _copies:
         _copies.append(tempfile.mkdtemp(prefix="minibert-inputs-"))
         atexit.register(shutil.rmtree, _copies[0], ignore_errors=True)
-    copy = Path(_copies[0]) / f"{flag.lstrip('-')}-{Path(path).name}"
-    if copy.exists():               # the same pipe named twice: copied already (opening it again would wait)
-        return copy
+    status = Path(path).stat()
+    pipe = (status.st_dev, status.st_ino)
+    if pipe in _copy_of:            # the same pipe named twice: copied already (opening it again would wait)
+        return _copy_of[pipe]
+    copy = Path(_copies[0]) / f"{flag.lstrip('-')}-{len(_copy_of)}-{Path(path).name}"
     try:
         with open(path, "rb") as source, open(copy, "xb") as target:
             shutil.copyfileobj(source, target, 1 << 20)
     except OSError as e:
         raise MiniBertError(f"{flag} {path}: cannot read ({e.strerror or e})") from None
     _given[str(copy)] = str(path)
+    _copy_of[pipe] = copy
     return copy
 
 
