@@ -107,3 +107,13 @@ def test_bad_config_fields_are_named_in_a_minibert_error(field, value):
 def test_a_duplicated_bert_must_run_every_distinct_layer():
     with pytest.raises(MiniBertError, match="'layer_order'.*every one of the 3 layers"):
         BertConfig(num_hidden_layers=4, num_hidden_groups=3, layer_order=[0, 0, 1, 1])
+
+
+def test_a_config_deeper_than_any_runnable_encoder_is_refused_before_a_layer_is_built():
+    # An edited config.json of 100,000,000 shared ALBERT layers would load one
+    # layer of weights and then run until the allocator gives up.
+    with pytest.raises(MiniBertError, match=r"^config field 'num_hidden_layers' = 100000000: expected at most 1,000"):
+        BertConfig(model_type="albert", num_hidden_layers=100_000_000, num_hidden_groups=1)
+    with pytest.raises(MiniBertError, match=r"'num_hidden_layers' = 1001: expected at most 1,000 layers"):
+        DebertaConfig(num_hidden_layers=1001)
+    assert BertConfig(num_hidden_layers=1000).num_hidden_layers == 1000

@@ -18,6 +18,11 @@ from minibert.support.errors import MiniBertError
 
 DEBERTA_MODEL_TYPES = ("deberta", "deberta-v2")
 RELATIVE_TERMS = ("c2p", "p2c")   # the official code's "p2p" is in no released model and not supported
+# The deepest encoder a config may ask for: far above any released model (48
+# layers) or the paper's duplications, and still runnable. Without it an
+# edited config.json of 100,000,000 shared ALBERT layers loads (one layer of
+# weights) and runs until the allocator gives up.
+MAX_LAYERS = 1000
 
 
 def is_int(value):
@@ -58,6 +63,8 @@ def check_encoder_fields(config, activations):
                  "max_position_embeddings"):
         if not is_int(getattr(config, name)) or getattr(config, name) < 1:
             fail(name, "a positive integer")
+    if config.num_hidden_layers > MAX_LAYERS:
+        fail("num_hidden_layers", f"at most {MAX_LAYERS:,} layers")
     if config.embedding_size is not None and (not is_int(config.embedding_size) or config.embedding_size < 1):
         fail("embedding_size", "a positive integer (or absent)")
     for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):

@@ -11,9 +11,9 @@ BERT-base layers are 7.1M parameters each, 28 GB in float32.
 
 import re
 
+from minibert.support.config_checks import MAX_LAYERS as MAX_DEPTH   # what a config may hold
 from minibert.support.errors import MiniBertError
 
-MAX_DEPTH = 1000
 INDEX = re.compile(r"-?[0-9]+")     # ASCII digits only: int() would also read "٢" (Arabic-Indic two) as 2
 
 
