@@ -121,11 +121,9 @@ def resume_tokenizer(output, do_lower_case, vocab_file=None):
     A --vocab given as well must be that same vocabulary."""
     path = Path(output) / CHECKPOINT
     stored = load_checkpoint(path).get("run_config", {}).get("vocabulary")
-    if not isinstance(stored, dict) or stored.get("kind") != "wordpiece":   # made by an older minibert
-        if vocab_file is None:
-            raise MiniBertError(f"--resume: {path} holds no WordPiece vocabulary; pass the run's vocabulary "
-                                f"with --vocab")
-        return wordpiece_tokenizer(vocab_file, do_lower_case)
+    if not isinstance(stored, dict) or stored.get("kind") != "wordpiece":
+        raise MiniBertError(f"--resume: {path} holds no WordPiece vocabulary, so train_mlm.py did not write it; "
+                            f"start a new run in another folder")
     if stored["do_lower_case"] != do_lower_case:
         flag = "without --cased" if stored["do_lower_case"] else "with --cased"
         raise MiniBertError(f"--resume: {path} was made {flag}; resume it {flag}")
