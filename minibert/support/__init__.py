@@ -23,6 +23,7 @@ For one lesson each:
     layer_orders.py            duplication.py: layer indices, the depth limit, a pretrained source
     tokenizer_files.py         tokenization.py: finding, reading and writing a folder's tokenizer files
     sentencepiece_model.py     tokenization.py: the pieces and settings of a SentencePiece `.model` file
+    token_cache.py             pretraining_data.py: the corpus read, split into sentences and tokenized once
     student_config.py          lstm.py: the checks of the student's config fields
     words.py                   augment.py, distillation.py: a text as words; the POS-tagged file reader
     student_tokenizers.py      distillation.py: the student's text -> ids (words, or the teacher's pieces)
