@@ -30,9 +30,8 @@ from minibert.lstm import BiLSTMClassifier
 from minibert.support.distillation_settings import is_pair_task
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
-from minibert.support.student_batches import collate_student
 from minibert.support.student_config import StudentConfig
-from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer, build_vocabulary
+from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary, collate_student
 from minibert.support.word_vectors import StartingEmbeddings
 from minibert.tasks.readers import ClassificationExample
 

@@ -10,8 +10,8 @@ import torch
 
 from distill_helpers import TINY_STUDENT, make_distillation_data, one_thread
 from helpers import REPO, run_script_in_process
-from minibert.runs import distillation as distillation_run
 from minibert.lstm import BiLSTMClassifier
+from minibert.runs import distillation as distillation_run
 from minibert.support.cli import run
 from minibert.support.errors import MiniBertError
 from minibert.support.student_config import StudentConfig

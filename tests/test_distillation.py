@@ -18,9 +18,8 @@ from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier
 from minibert.runs.distillation import optimizer_factory
 from minibert.support.distillation_settings import DEFAULT_POS_FILE, DistillationSettings, pos_file_path
-from minibert.support.student_batches import collate_student
 from minibert.support.student_config import StudentConfig
-from minibert.support.student_tokenizers import WordTokenizer, build_vocabulary
+from minibert.support.student_inputs import WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
 from minibert.tasks.readers import ClassificationExample
 from minibert.training import Context, TrainingConfig, train

@@ -9,7 +9,7 @@ from minibert.runs.distillation import describe_run, distill, parameter_counts, 
 from minibert.support.distillation_settings import DistillationSettings
 from minibert.support.student_config import StudentConfig
 from minibert.support.student_folder import load_student
-from minibert.support.student_tokenizers import WordTokenizer, build_vocabulary
+from minibert.support.student_inputs import WordTokenizer, build_vocabulary
 from minibert.tasks import make_task
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)

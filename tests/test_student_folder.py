@@ -12,13 +12,12 @@ from distill_helpers import make_distillation_data, one_thread
 from helpers import REPO
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.distillation import student_features, student_logits
-from minibert.runs.distillation import load_teacher
 from minibert.lstm import BiLSTMClassifier
+from minibert.runs.distillation import load_teacher
 from minibert.support.errors import MiniBertError
-from minibert.support.student_batches import collate_student
 from minibert.support.student_config import StudentConfig
 from minibert.support.student_folder import WEIGHTS_FILE, load_student, save_student
-from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer, build_vocabulary
+from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
 from minibert.tasks.readers import ClassificationExample
 

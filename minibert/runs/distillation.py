@@ -23,7 +23,7 @@ from minibert.distillation import (DistillationObjective, build_student, make_tr
 from minibert.finetuning import BestEpoch, LengthGroupedBatches, evaluate, load_task_model
 from minibert.support.distillation_settings import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.support.outputs import CHECKPOINT, file_identity
-from minibert.support.student_batches import collate_student
+from minibert.support.student_inputs import collate_student
 from minibert.support.student_folder import previous_best, save_student
 from minibert.support.transfer_cache import cached_transfer_set
 from minibert.tasks import CLASSIFICATION, make_task

@@ -26,7 +26,7 @@ For one lesson each:
     token_cache.py             pretraining_data.py: the corpus read, split into sentences and tokenized once
     student_config.py          lstm.py: the student's config (StudentConfig) and the checks of its fields
     words.py                   augment.py, distillation.py: a text as words; the POS-tagged file reader
-    student_tokenizers.py      distillation.py: the student's text -> ids (words, or the teacher's pieces)
+    student_inputs.py          distillation.py: the student's text -> ids (words, or the teacher's pieces) -> batches
     word_vectors.py            distillation.py: the vectors the student's embeddings start from
     transfer_cache.py          distillation.py: the transfer set and teacher logits, cached by fingerprint
     student_folder.py          distillation.py: the student folder on disk
