@@ -209,15 +209,20 @@ def main(argv=None):
 
 def settings_from(args):
     from minibert.support.distillation_settings import PAPER_CONFIGS, DistillationSettings
+    from minibert.support.errors import MiniBertError
     for key, value in PAPER_CONFIGS.get(args.paper_config, {}).items():
         if getattr(args, key) == parser.get_default(key):      # a flag given explicitly wins over the preset
             setattr(args, key, value)
+    embeddings_mode = args.embeddings_mode
+    if args.freeze_embeddings:                                 # Tang's "static" mode, under its older flag
+        if embeddings_mode not in (None, "static"):
+            raise MiniBertError(f"--freeze-embeddings is --embeddings-mode static, not {embeddings_mode}")
+        embeddings_mode = "static"
     return DistillationSettings(
-        embeddings_mode=args.embeddings_mode, pair_augment=args.pair_augment, distill_term=args.distill_term,
+        embeddings_mode=embeddings_mode, pair_augment=args.pair_augment, distill_term=args.distill_term,
         unlabelled_target=args.unlabelled_target, embeddings=args.embeddings, embedding_dim=args.embedding_dim,
         hidden_size=args.hidden_size, fc_size=args.fc_size, pooling=args.pooling, dropout=args.dropout,
-        min_count=args.min_count, max_seq_len=args.max_seq_len, freeze_embeddings=args.freeze_embeddings,
-        augment=not args.no_augment,
+        min_count=args.min_count, max_seq_len=args.max_seq_len, augment=not args.no_augment,
         n_iter=args.n_iter, p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng, max_ngram=args.max_ngram,
         pos_file=args.pos_file, cache_dir=str(args.cache_dir) if args.cache_dir else None,
         teacher_batch_size=args.teacher_batch_size, alpha=args.alpha, optimizer=args.optimizer, lr=args.lr,
@@ -255,19 +260,20 @@ def check_labelled(task_name, train):
 def distil(args):
     from pathlib import Path
 
-    from minibert import distillation
+    from minibert.runs.distillation import distill
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import write_json
     from minibert.support.folders import lock_output, recover_folder
     from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
     from minibert.support.reports import json_safe
+    from minibert.support.student_folder import STUDENT_FILE
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
     inputs = {"--teacher": args.teacher, "--train": args.train, "--eval": args.eval, "--pos-file": args.pos_file,
               "--embeddings": args.embeddings, "--cache-dir": args.cache_dir}
     lock_output(output)                          # one run per folder: a second one stops here
     recover_folder(output)                       # what a killed run left half-written
-    check_training_output(output, distillation.STUDENT_FILE, inputs, resume=args.resume)
+    check_training_output(output, STUDENT_FILE, inputs, resume=args.resume)
     if args.json:
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
     if args.plot:
@@ -280,7 +286,7 @@ def distil(args):
     if args.no_teacher:                          # the gold labels are all the student learns from
         check_labelled(args.task, args.train)
     resume = args.resume and resume_from_checkpoint(output)
-    summary = distillation.distill(
+    summary = distill(
         args.task, Path(args.train), Path(args.eval) if args.eval else None, output, settings_from(args),
         teacher_folder=args.teacher, use_teacher_logits=not args.no_teacher, device=args.device,
         resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
@@ -312,10 +318,11 @@ def distil(args):
 def predict_or_evaluate(args):
     from pathlib import Path
 
-    from minibert import distillation
+    from minibert.distillation import predict_student
     from minibert.support.fileio import write_json
     from minibert.support.outputs import check_output_file
     from minibert.support.reports import format_metrics
+    from minibert.support.student_folder import load_student
 
     from minibert.support.inputs import read_once
     path = Path(args.predict or args.eval)
@@ -323,11 +330,11 @@ def predict_or_evaluate(args):
     output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
-    model, tokenizer, task = distillation.load_student(args.student)
+    model, tokenizer, task = load_student(args.student)
     path = Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: read once
     examples = task.read(path)
-    predictions = distillation.predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,
-                                               device=args.device, progress=not args.quiet, bf16=args.bf16)
+    predictions = predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,
+                                  device=args.device, progress=not args.quiet, bf16=args.bf16)
     if args.predict:
         cli.make_parent_folder(output)
         task.write_predictions(examples, predictions, output)

@@ -48,15 +48,16 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.common import environment  # noqa: E402
-from minibert.augment import split_words  # noqa: E402
 from minibert.checkpoints import load_pretrained  # noqa: E402
-from minibert.distillation import collate_student, student_logits  # noqa: E402
-from minibert.support.distillation_run import parameter_counts  # noqa: E402
+from minibert.distillation import student_logits  # noqa: E402
+from minibert.runs.distillation import parameter_counts  # noqa: E402
+from minibert.support.student_config import StudentConfig  # noqa: E402
 from minibert.support.student_folder import load_student  # noqa: E402
-from minibert.support.student_tokenizers import WordTokenizer, build_vocabulary  # noqa: E402
+from minibert.support.student_inputs import WordTokenizer, build_vocabulary, collate_student  # noqa: E402
+from minibert.support.words import split_words  # noqa: E402
 from minibert.finetuning import TaskModel, add_pooler_if_missing, collate, load_task_model  # noqa: E402
 from minibert.heads import IGNORE_INDEX  # noqa: E402
-from minibert.lstm import BiLSTMClassifier, StudentConfig  # noqa: E402
+from minibert.lstm import BiLSTMClassifier  # noqa: E402
 from minibert.model import BertConfig, BertModel  # noqa: E402
 from minibert.tasks import make_task  # noqa: E402
 from minibert.tasks.classification import ClassificationTask  # noqa: E402

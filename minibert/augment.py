@@ -1,11 +1,9 @@
 """The transfer set: new sentences made from the training set, for distillation.
 
 A student learns more from its teacher when it sees more inputs than the
-labelled training set: every extra sentence is one more teacher output to
-match. Tang et al. 2019 make those sentences by perturbing the training
-sentences ([Tang] section 3). For each sentence, `n_iter` samples (20 for
-single sentences, 10 for pairs); in each sample, for each word draw
-u ~ U(0, 1):
+labelled training set. Tang et al. 2019 perturb the training sentences
+([Tang] section 3): for each sentence, `n_iter` samples (20 for single
+sentences, 10 for pairs); in each sample, for each word draw u ~ U(0, 1):
 
     u < p_mask                 the word becomes [MASK]           (p_mask = 0.1)
     u < p_mask + p_pos         a word with the same part-of-speech tag,
@@ -15,139 +13,35 @@ u ~ U(0, 1):
 then, with probability p_ng (0.25), only one random n-gram of the sample is
 kept: n uniform in 1..max_n (max_n = 5), capped by the sentence length, a
 contiguous window. Masking asks the teacher what a sentence means with a word
-missing; POS replacement gives grammatical new sentences; n-grams show it
-short phrases.
+missing; POS replacement gives grammatical new sentences; n-grams, short phrases.
 
 A sample is dropped when it equals an original sentence or an earlier sample
 (it would add nothing), and, as in the authors' code (castorini/d-bert,
 augment_data.py), when every word was masked or replaced (nothing of the
-original is left to anchor it).
+original is left to anchor it). Pairs are "augmented consistently" by
+default, or each sentence on its own as the authors' code does (`augment_pair`).
 
-The part-of-speech tags come from a `PosLexicon` learned from any tagged
-corpus ("word TAG" lines, e.g. the POS column of CoNLL-2003): each word gets
-its most frequent tag. The authors tagged their own data with NLTK; a lexicon
-needs no tagger and no download, at the price that a word is always given the
-same tag, whatever its context. Words the lexicon does not know are only
-eligible for masking.
+The tags come from a `PosLexicon` learned from any tagged corpus ("word TAG"
+lines, e.g. CoNLL-2003's POS column): each word gets its most frequent tag
+(the authors tagged with NLTK; a lexicon needs no tagger, at the price that a
+word always has the same tag). Words it does not know are only masked.
 
-Sentence pairs (SNLI, MRPC) are "augmented consistently" by default, or each
-sentence on its own as the authors' code does (pair_scheme="independent"):
-see `augment_pair`.
-
-Everything is lower-cased and split by `split_words` (support/words.py);
-the samples are words joined by single spaces. Each source example draws
-from its own numpy Generator seeded with seed_from(seed, "augment", index), so its samples
-do not depend on the other examples or on the order of processing.
-
-Reference: [Tang] arXiv:1903.12136, section 3.
+Texts are lower-cased and split by support/words.split_words; samples are
+words joined by single spaces. Example i draws from its own numpy Generator,
+seeded with seed_from(seed, "augment", i), whatever the other examples
+([Tang] arXiv:1903.12136, section 3).
 """
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
-from minibert.support.words import MASK, split_words, tagged_lines
+from minibert.support.words import MASK, check_augmentation, split_words, tagged_word_counts
 
-# ----------------------------------------------------------------------------
-# The part-of-speech lexicon
-# ----------------------------------------------------------------------------
-
-
-class PosLexicon:
-    """word -> its most frequent tag; tag -> the words whose tag it is, with
-    their counts, to draw replacements by unigram frequency ([Tang] section 3).
-
-    `counts` maps word -> {tag: count}. A word is sampled for its most frequent
-    tag only, with weight its total count, so a replacement always has the tag
-    of the word it replaces: tag_of(sample(tag_of(w))) == tag_of(w).
-    """
-
-    def __init__(self, counts):
-        self._tag = {}
-        total = {}
-        for word, tag_counts in counts.items():
-            # max keeps the first-seen tag on a tie: deterministic for a file
-            self._tag[word] = max(tag_counts, key=tag_counts.get)
-            total[word] = sum(tag_counts.values())
-        words_by_tag = defaultdict(list)
-        for word, tag in self._tag.items():
-            words_by_tag[tag].append(word)
-        # Per tag: its words and their cumulative counts. A draw r ~ U(0, total)
-        # falls in word i's interval [cum[i-1], cum[i]) with probability count_i / total.
-        self._words = {tag: words for tag, words in words_by_tag.items()}
-        self._cumulative = {tag: np.cumsum([total[w] for w in words]) for tag, words in words_by_tag.items()}
-
-    @classmethod
-    def from_file(cls, path):
-        """The lexicon of one tagged file; see `from_files`."""
-        return cls.from_files([path])
-
-    @classmethod
-    def from_files(cls, paths):
-        """Lines "word TAG [more columns]": the first two whitespace-separated
-        columns (CoNLL-2003's "word POS chunk NER" gives its POS column).
-        Blank lines and "-DOCSTART-" lines are skipped; words are lower-cased.
-        Only words that `split_words` keeps whole are used ("u.s." is not: the
-        sentences would never contain it as one word)."""
-        counts = defaultdict(Counter)
-        for path in paths:
-            lines = 0
-            for number, fields in tagged_lines(path):
-                if len(fields) < 2:
-                    raise MiniBertError(f"{path}: line {number}: one column {fields[0]!r}; "
-                                        f"expected 'word TAG' (a word and its part-of-speech tag)")
-                lines += 1
-                word = fields[0].lower()
-                if split_words(word) == [word]:
-                    counts[word][fields[1]] += 1
-            if lines == 0:
-                raise MiniBertError(f"{path}: no 'word TAG' lines (the file is empty or has only "
-                                    f"blank and -DOCSTART- lines)")
-        if not counts:
-            raise MiniBertError(f"{', '.join(map(str, paths))}: no usable words (every word has punctuation inside)")
-        return cls(counts)
-
-    def tag_of(self, word):
-        """The word's most frequent tag, or None for a word the lexicon does not know."""
-        return self._tag.get(word)
-
-    def sample(self, tag, rng):
-        """A word whose tag is `tag`, drawn with probability proportional to its count."""
-        if tag not in self._words:
-            raise MiniBertError(f"PosLexicon.sample: no word has the tag {tag!r}")
-        cumulative = self._cumulative[tag]
-        index = np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")
-        return self._words[tag][index]
-
-    def __len__(self):
-        return len(self._tag)
-
-
-_EMPTY_LEXICON = PosLexicon({})
-
-
-# ----------------------------------------------------------------------------
-# One sample
-# ----------------------------------------------------------------------------
-
-
-PAIR_SCHEMES = ("consistent", "independent")   # one fate per word across the pair; each sentence on its own
-
-
-def _check_arguments(p_mask, p_pos, p_ng, max_n, pair_scheme="consistent"):
-    if pair_scheme not in PAIR_SCHEMES:
-        raise MiniBertError(f"pair scheme {pair_scheme!r}: expected consistent or independent")
-    for name, p in (("p_mask", p_mask), ("p_pos", p_pos), ("p_ng", p_ng)):
-        if not 0 <= p <= 1:
-            raise MiniBertError(f"{name} = {p}: expected a probability in [0, 1]")
-    if p_mask + p_pos > 1:
-        raise MiniBertError(f"p_mask + p_pos = {p_mask} + {p_pos} > 1: a word is masked, replaced or kept, "
-                            f"so the two probabilities must add up to at most 1")
-    if not (isinstance(max_n, (int, np.integer)) and max_n >= 1):
-        raise MiniBertError(f"max_n = {max_n}: expected an integer >= 1 (the longest n-gram)")
+# ---- One sample ---------------------------------------------------------------------------------
 
 
 def _fate(word, u, lexicon, p_mask, p_pos, rng):
@@ -208,53 +102,40 @@ def augment_words(words, lexicon, rng, p_mask=0.1, p_pos=0.1, p_ng=0.25, max_n=5
     masked with probability p_mask, replaced by a word of its POS tag with
     probability p_pos (unknown words: kept), then with probability p_ng only a
     random n-gram (n in 1..max_n) is kept. `rng` is a numpy.random.Generator."""
-    _check_arguments(p_mask, p_pos, p_ng, max_n)
+    check_augmentation(p_mask, p_pos, p_ng, max_n)
     return _augment(list(words), _EMPTY_LEXICON if lexicon is None else lexicon, rng, p_mask, p_pos, p_ng, max_n)[0]
 
 
 def augment_pair(words_a, words_b, lexicon, rng, p_mask=0.1, p_pos=0.1, p_ng=0.25, max_n=5, scheme="consistent"):
-    """One perturbed copy of a sentence pair, augmented consistently (or,
-    with scheme="independent", each sentence on its own as by `augment_words`,
-    the first sentence's draws before the second's: the authors' code).
+    """One perturbed copy of a sentence pair, augmented consistently (or, with
+    scheme="independent", each sentence on its own as by `augment_words`, the
+    first sentence's draws first: the authors' augment_paired_data.py).
 
-    Our reading of [Tang] section 3 for pairs (the paper gives no detail, and
-    the authors' augment_paired_data.py perturbs each sentence on its own):
-    each distinct word is given one fate per sample -- kept, masked, or
-    replaced by one drawn word -- and that fate applies wherever the word
-    occurs in either sentence. A word shared by premise and hypothesis (or
-    by two paraphrases) thus stays shared, so a perturbed pair keeps the
-    alignment its label depends on. Words are then drawn per type, not per
-    occurrence: a word repeated in the pair is masked or kept everywhere.
-    The n-gram step is applied to each sentence independently.
-    """
-    _check_arguments(p_mask, p_pos, p_ng, max_n, scheme)
+    Our reading of [Tang] section 3 for pairs (the paper gives no detail): each
+    distinct word gets one fate per sample (kept, masked, or replaced by one
+    drawn word) wherever it occurs in either sentence, so a word shared by
+    premise and hypothesis stays shared and the pair keeps the alignment its
+    label depends on. The n-gram step is applied to each sentence on its own."""
+    check_augmentation(p_mask, p_pos, p_ng, max_n, scheme)
     return _augment_pair(list(words_a), list(words_b), _EMPTY_LEXICON if lexicon is None else lexicon, rng,
                          p_mask, p_pos, p_ng, max_n, scheme)[0]
 
 
-# ----------------------------------------------------------------------------
-# The transfer set
-# ----------------------------------------------------------------------------
+# ---- The transfer set ---------------------------------------------------------------------------
 
 
 def transfer_set(texts_a, texts_b=None, lexicon=None, n_iter=20, seed=0, p_mask=0.1, p_pos=0.1, p_ng=0.25,
                  max_n=5, progress=False, pair_scheme="consistent"):
-    """The augmented samples of every example: a list of
-    (text_a, text_b or None, source_index), words joined by single spaces.
+    """The augmented samples of every example: a list of (text_a, text_b or
+    None, source_index), words joined by single spaces.
 
     Up to `n_iter` samples per example ([Tang]: 20 for single sentences, 10
-    for pairs). The originals are not included (the caller adds them); a
-    sample equal to any original (after `split_words`), to an earlier sample,
-    or with every word masked or replaced is dropped. Example i draws from
-    default_rng(seed_from(seed, "augment", i)), so its draws are the same for
-    a seed whatever else is in the data; only the duplicate filter looks
-    across examples (as the authors' did: a sample already in the data set is
-    dropped). Without a lexicon, words are only masked (and n-grams taken).
-    Pairs are perturbed by `pair_scheme` (see `augment_pair`).
-    """
-    _check_arguments(p_mask, p_pos, p_ng, max_n, pair_scheme)
-    if not (isinstance(n_iter, (int, np.integer)) and n_iter >= 1):
-        raise MiniBertError(f"n_iter = {n_iter}: expected an integer >= 1 (samples per example)")
+    for pairs), the originals not included (the caller adds them); a sample
+    equal to any original (after `split_words`), to an earlier sample, or
+    with every word masked or replaced is dropped (only this filter looks
+    across examples, as the authors' did). Without a lexicon, words are only
+    masked (and n-grams taken); pairs are perturbed by `pair_scheme`."""
+    check_augmentation(p_mask, p_pos, p_ng, max_n, pair_scheme, n_iter)
     texts_a = list(texts_a)
     if texts_b is not None:
         texts_b = list(texts_b)
@@ -286,3 +167,54 @@ def transfer_set(texts_a, texts_b=None, lexicon=None, n_iter=20, seed=0, p_mask=
 def _key(words_a, words_b):
     """(text_a, text_b or None): what two samples must share to be duplicates."""
     return " ".join(words_a), None if words_b is None else " ".join(words_b)
+
+
+# ---- The part-of-speech lexicon -----------------------------------------------------------------
+
+
+class PosLexicon:
+    """word -> its most frequent tag; tag -> the words whose tag it is, with
+    their counts, to draw replacements by unigram frequency ([Tang] section 3).
+
+    `counts` maps word -> {tag: count}. A word is sampled for its most frequent
+    tag only, with weight its total count, so a replacement always has the tag
+    of the word it replaces: tag_of(sample(tag_of(w))) == tag_of(w).
+    """
+
+    def __init__(self, counts):
+        self._tag = {}
+        total = {}
+        for word, tag_counts in counts.items():
+            # max keeps the first-seen tag on a tie: deterministic for a file
+            self._tag[word] = max(tag_counts, key=tag_counts.get)
+            total[word] = sum(tag_counts.values())
+        words_by_tag = defaultdict(list)
+        for word, tag in self._tag.items():
+            words_by_tag[tag].append(word)
+        # Per tag: its words and their cumulative counts. A draw r ~ U(0, total)
+        # falls in word i's interval [cum[i-1], cum[i]) with probability count_i / total.
+        self._words = {tag: words for tag, words in words_by_tag.items()}
+        self._cumulative = {tag: np.cumsum([total[w] for w in words]) for tag, words in words_by_tag.items()}
+
+    @classmethod
+    def from_file(cls, path):
+        """The lexicon of one tagged file (support/words.tagged_word_counts)."""
+        return cls(tagged_word_counts([path]))
+
+    def tag_of(self, word):
+        """The word's most frequent tag, or None for a word the lexicon does not know."""
+        return self._tag.get(word)
+
+    def sample(self, tag, rng):
+        """A word whose tag is `tag`, drawn with probability proportional to its count."""
+        if tag not in self._words:
+            raise MiniBertError(f"PosLexicon.sample: no word has the tag {tag!r}")
+        cumulative = self._cumulative[tag]
+        index = np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")
+        return self._words[tag][index]
+
+    def __len__(self):
+        return len(self._tag)
+
+
+_EMPTY_LEXICON = PosLexicon({})

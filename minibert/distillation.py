@@ -5,60 +5,43 @@ ReLU layer -> logits z^(S), siamese for sentence pairs) to reproduce a
 fine-tuned BERT's *logits* z^(B) on many more sentences than the labelled
 training set. This file reads in the paper's order ([Tang] section 3):
 
-  1. the student's inputs: words (or the teacher's word pieces) and the
-     embeddings the student starts from;
+  1. the student's inputs: words (or the teacher's pieces), starting vectors;
   2. the transfer set ("Data Augmentation for Distillation"): the training
      examples plus `n_iter` perturbed copies of each (minibert/augment.py);
   3. the teacher's logits z^(B) on every transfer example, computed once;
   4. THE loss ("Distillation Objective"), on logits:
          L = alpha * CE(z^(S), gold label) + (1 - alpha) * ||z^(B) - z^(S)||^2
-  5. the run: training.train with Adadelta, the best epoch kept.
 
-What does not teach the lesson (settings and checks, the student's tokenizers,
-word vectors, the logit cache, the student folder) is in minibert/support/.
-
-Reference: [Tang] Tang, Lu, Liu, Mou, Vechtomova, Lin 2019, "Distilling
-Task-Specific Knowledge from BERT into Simple Neural Networks", arXiv:1903.12136;
-the authors' code castorini/d-bert (docs/papers.md 2.2).
+The run (training.train with Adadelta, the best epoch kept) is in
+minibert/runs/distillation.py. [Tang] Tang, Lu, Liu, Mou, Vechtomova, Lin
+2019, arXiv:1903.12136; the authors' code castorini/d-bert (docs/papers.md 2.2).
 """
 
 import dataclasses
-import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
-from minibert.augment import PosLexicon, transfer_set
-from minibert.finetuning import BestEpoch, LengthGroupedBatches, evaluate, load_task_model, run_model
+from minibert.augment import transfer_set
+from minibert.finetuning import run_model
 from minibert.heads import IGNORE_INDEX
-from minibert.lstm import BiLSTMClassifier, StudentConfig
-from minibert.support.distillation_run import Teacher, describe_run, parameter_counts, resume_config, run_record
-from minibert.support.distillation_settings import (DistillationSettings, check_files, check_run,  # noqa: F401
-                                                    check_teacher_folder, is_pair_task, pos_file_path)
+from minibert.lstm import BiLSTMClassifier
+from minibert.support.distillation_settings import is_pair_task
 from minibert.support.errors import MiniBertError
-from minibert.support.outputs import CHECKPOINT
 from minibert.support.seeds import seed_from
-from minibert.support.student_batches import collate_student
-from minibert.support.student_folder import STUDENT_FILE, load_student, previous_best, save_student  # noqa: F401
-from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer, build_vocabulary
-from minibert.support.transfer_cache import cached_transfer_set
+from minibert.support.student_config import StudentConfig
+from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary, collate_student
 from minibert.support.word_vectors import StartingEmbeddings
-from minibert.tasks import CLASSIFICATION, make_task
 from minibert.tasks.readers import ClassificationExample
-from minibert.training import TrainingConfig, setup_context, train
 
-# ----------------------------------------------------------------------------
-# 1. The student's inputs
-# ----------------------------------------------------------------------------
+# ---- 1. The student's inputs --------------------------------------------------------------------
 
 
 def student_tokenizer(settings, teacher, transfer):
     """Tang et al.'s student reads words: a vocabulary of the transfer set
     (training examples and augmented samples, "[MASK]" one word). With
-    --embeddings teacher it reads the teacher's word pieces instead."""
+    settings.embeddings "teacher" it reads the teacher's word pieces instead."""
     if settings.embeddings == "teacher":
         return PieceTokenizer(teacher.tokenizer, settings.max_seq_len)
     texts = [e.text_a for e in transfer] + [e.text_b for e in transfer if e.text_b]
@@ -66,9 +49,8 @@ def student_tokenizer(settings, teacher, transfer):
 
 
 def build_student(task, tokenizer, settings, teacher=None):
-    """(a fresh student, what its embeddings started from: Tang's random
-    U(-0.25, 0.25), a word-vector file, or the teacher's word-piece
-    embeddings). Its initial weights depend on the seed alone."""
+    """(a fresh student, what its embeddings started from: Tang's random U(-0.25, 0.25), a
+    word-vector file, or the teacher's word-piece embeddings); its weights depend on the seed alone."""
     start = StartingEmbeddings(settings, tokenizer, teacher.model.base_model if teacher else None)
     config = StudentConfig(vocab_size=tokenizer.vocab_size, num_classes=len(task.labels), embedding_dim=start.dim,
                            hidden_size=settings.hidden_size, fc_size=settings.fc_size, pair=is_pair_task(task),
@@ -81,16 +63,7 @@ def build_student(task, tokenizer, settings, teacher=None):
     return model, start.report
 
 
-# ----------------------------------------------------------------------------
-# 2. The transfer set and 3. the teacher's logits on it
-# ----------------------------------------------------------------------------
-
-
-def load_teacher(folder, task_name=None):
-    """A fine-tuned sentence classifier folder (of `task_name`, if given)."""
-    check_teacher_folder(folder, task_name, CLASSIFICATION)
-    model, task, tokenizer, record = load_task_model(folder, make_task)
-    return Teacher(model.eval(), task, tokenizer, record, Path(folder))
+# ---- 2. The transfer set and 3. the teacher's logits on it --------------------------------------
 
 
 def make_transfer_set(examples, lexicon, settings, progress=False):
@@ -105,10 +78,9 @@ def make_transfer_set(examples, lexicon, settings, progress=False):
 
 
 def teacher_logits(teacher, examples, batch_size=128, device="cpu", progress=True, bf16=False):
-    """The teacher's logits z^(B) for every example, (N, K) float32, in
-    large length-sorted batches without gradients (under bfloat16 autocast
-    with bf16). The features are made by the teacher's own task object, as
-    it was fine-tuned; gold labels play no part."""
+    """The teacher's logits z^(B) for every example, (N, K) float32, in large length-sorted
+    batches without gradients (bf16: under bfloat16 autocast). The features are made by the
+    teacher's own task object, as it was fine-tuned; gold labels play no part."""
     unlabelled = [dataclasses.replace(e, label=None) for e in examples]
     features = teacher.task.features(unlabelled, teacher.tokenizer, teacher.record["max_seq_len"])
     def logits_as_arrays(logits, batch):     # run_model's `outputs`: one (K,) array per row (not probabilities)
@@ -116,26 +88,6 @@ def teacher_logits(teacher, examples, batch_size=128, device="cpu", progress=Tru
     rows = run_model(teacher.model, features, teacher.tokenizer.pad_id, logits_as_arrays, batch_size, device, progress,
                      bf16=bf16)
     return np.stack(rows).astype(np.float32)
-
-
-def transfer_set_with_logits(teacher, examples, train_file, settings, device="cpu", progress=True):
-    """(transfer examples, teacher logits (N, K), whether the cache answered):
-    augment and ask the teacher once; a later run with the same teacher, data
-    and settings reads both back from the cache (support/transfer_cache.py)."""
-    def augment_and_ask_the_teacher():
-        transfer = list(examples)
-        if settings.augment:
-            lexicon = PosLexicon.from_file(pos_file_path(settings.pos_file))
-            transfer = make_transfer_set(examples, lexicon, settings, progress)
-        return transfer, teacher_logits(teacher, transfer, settings.teacher_batch_size, device, progress,
-                                        bf16=settings.bf16)
-    return cached_transfer_set(augment_and_ask_the_teacher, teacher.folder, train_file, settings, teacher.task,
-                               examples, progress)
-
-
-# ----------------------------------------------------------------------------
-# Batches: the student's ids, the gold label, the teacher's logits
-# ----------------------------------------------------------------------------
 
 
 def student_features(task, examples, tokenizer, logits=None):
@@ -164,9 +116,7 @@ def student_logits(model, batch):
     return model(batch["input_ids"], batch["attention_mask"], batch.get("input_ids_b"), batch.get("attention_mask_b"))
 
 
-# ----------------------------------------------------------------------------
-# 4. THE loss ([Tang] section 3, "Distillation Objective")
-# ----------------------------------------------------------------------------
+# ---- 4. THE loss ([Tang] section 3, "Distillation Objective") -----------------------------------
 
 
 def distillation_loss(z_student, z_teacher, labels, alpha, distill_term="mse", unlabelled="none"):
@@ -238,112 +188,12 @@ class DistillationObjective:
         return {term: (value, right[term]()) for term, value in sums.items()}
 
 
-def optimizer_factory(settings):
-    """training.train's optimizer_factory: Adadelta (rho 0.95, as d-bert's
-    distill_birnn.py) or Adam, at a constant learning rate (the authors' code
-    has no schedule)."""
-    def make(model):
-        parameters = [p for p in model.parameters() if p.requires_grad]
-        optimizer = (torch.optim.Adadelta(parameters, lr=settings.lr, rho=settings.rho,
-                                          weight_decay=settings.weight_decay) if settings.optimizer == "adadelta"
-                     else torch.optim.Adam(parameters, lr=settings.lr, weight_decay=settings.weight_decay))
-        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    return make
-
-
-# ----------------------------------------------------------------------------
-# 5. The run
-# ----------------------------------------------------------------------------
-
-
 def predict_student(model, task, tokenizer, examples, features=None, batch_size=256, device="cpu", progress=False,
                     bf16=False):
     """The classification task's predictions from the student's probabilities
-    (task.outputs); bf16: under bfloat16 autocast."""
+    (task.outputs; task.metrics scores them); bf16: under bfloat16 autocast."""
     features = features if features is not None else student_features(task, examples, tokenizer)
     outputs = run_model(model, features, tokenizer.pad_id, task.outputs, batch_size, device, progress, bf16=bf16,
                         collate=collate_student, logits_of=student_logits)
     return task.predict(examples, features, outputs)
-
-
-def evaluate_student(model, task, tokenizer, examples, features=None, batch_size=256, device="cpu", progress=False,
-                     bf16=False):
-    """(metrics, predictions): the classification task's own metrics."""
-    predictions = predict_student(model, task, tokenizer, examples, features, batch_size, device, progress, bf16)
-    return task.metrics(examples, predictions), predictions
-
-
-def distill(task_name, train_file, eval_file, output, settings, teacher_folder=None, use_teacher_logits=True,
-            device="auto", resume=False, progress=True, keep_checkpoint=False):
-    """Train a BiLSTM student and write the best epoch's to `output`.
-
-    With a teacher (and use_teacher_logits): Tang et al.'s distillation on
-    the transfer set. Without one (or with use_teacher_logits=False, where
-    the teacher serves only --embeddings teacher): the plain BiLSTM on the
-    gold labels. Returns a summary dict. output/checkpoint.pt is removed
-    once the run has reached its last step, unless keep_checkpoint; a run
-    stopped by settings.max_minutes keeps it to resume."""
-    context, output = setup_context(device), Path(output)
-    check_files(settings)
-    teacher = load_teacher(teacher_folder, task_name) if teacher_folder is not None else None
-    task = teacher.task if teacher is not None else make_task(task_name)
-    distilling = teacher is not None and use_teacher_logits
-    settings = settings.resolved(task, distilling)
-    check_run(settings, task, teacher is not None, distilling, CLASSIFICATION)
-
-    examples = task.read(Path(train_file))[:settings.max_train_examples]
-    eval_examples = task.read(Path(eval_file)) if eval_file is not None else None
-    started, transfer, logits, cache_hit, teacher_metrics = time.time(), list(examples), None, False, None
-    if distilling:
-        transfer, logits, cache_hit = transfer_set_with_logits(teacher, examples, train_file, settings,
-                                                               context.device, progress)
-    transfer_seconds = time.time() - started
-    if teacher is not None and eval_examples is not None:
-        features = teacher.task.features(eval_examples, teacher.tokenizer, teacher.record["max_seq_len"])
-        teacher_metrics, _, _ = evaluate(teacher.model, task, eval_examples, features, teacher.tokenizer.pad_id,
-                                         settings.teacher_batch_size, context.device, bf16=settings.bf16,
-                                         progress=progress)
-
-    tokenizer = student_tokenizer(settings, teacher, transfer)
-    model, embeddings_report = build_student(task, tokenizer, settings, teacher)
-    batches = LengthGroupedBatches(student_features(task, transfer, tokenizer, logits), settings.batch_size,
-                                   settings.seed, tokenizer.pad_id, collate=collate_student)
-    eval_features = student_features(task, eval_examples, tokenizer) if eval_examples is not None else None
-    record = run_record(settings, teacher_folder, distilling, train_file, eval_file, embeddings_report,
-                        len(examples), len(transfer))
-
-    def evaluate_epoch(trained):
-        return evaluate_student(trained, task, tokenizer, eval_examples, eval_features, settings.eval_batch_size,
-                                context.device, bf16=settings.bf16)[0]
-
-    def save_best(trained, metrics):         # BestEpoch calls it after adding the epoch to its history
-        save_student(trained, tokenizer, task, output, {**record, "metrics": metrics,
-                                                        "best_epoch": len(best_epoch.history)})
-    previous = previous_best(output, task.main_metric)[0] if resume else None    # a killed run's best, to beat
-    best_epoch = BestEpoch(task.main_metric, evaluate_epoch, save_best, previous)
-    total_steps, counts = settings.epochs * len(batches), parameter_counts(model, teacher)
-    config = TrainingConfig(total_steps=total_steps, learning_rate=settings.lr, weight_decay=settings.weight_decay,
-                            max_grad_norm=settings.max_grad_norm, seed=settings.seed, log_every=10,
-                            eval_every=len(batches), checkpoint_every=len(batches), evaluate_when_stopped=False,
-                            max_minutes=settings.max_minutes, bf16=settings.bf16,
-                            eval_name=Path(eval_file).name if eval_file is not None else "held-out")
-    output.mkdir(parents=True, exist_ok=True)
-    if progress and context.is_main:
-        tqdm.write(describe_run(task, record, len(batches), total_steps, counts))
-    train_started = time.time()
-    objective = DistillationObjective(settings.alpha, settings.distill_term, settings.unlabelled_target)
-    summary = train(model, batches, objective, config, context, output / CHECKPOINT,
-                    run_config=resume_config(task, settings, total_steps, model, tokenizer, record),
-                    evaluate=best_epoch if eval_examples is not None else None, resume=resume,
-                    progress=progress, optimizer_factory=optimizer_factory(settings))
-    train_seconds = time.time() - train_started
-    if context.is_main and eval_examples is None:
-        save_student(model, tokenizer, task, output, record)
-    if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
-        (output / CHECKPOINT).unlink(missing_ok=True)     # finished: nothing left to resume
-    best, best_epoch_number = previous_best(output, task.main_metric)     # the folder holds the best epoch
-    summary.update(record, task=task.name, best=best, best_epoch=best_epoch_number,
-                   epochs_history=best_epoch.history, teacher_metrics=teacher_metrics, train_seconds=train_seconds,
-                   transfer_seconds=transfer_seconds, cache_hit=cache_hit, steps_per_epoch=len(batches), **counts)
-    return summary
 

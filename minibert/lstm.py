@@ -1,12 +1,10 @@
 """Tang et al.'s student: a one-layer BiLSTM classifier, written out by hand.
 
 Read it top to bottom: the LSTM cell, the LSTM that runs it over a padded
-batch in both directions, the student's config, and the classifier.
+batch in both directions, and the classifier (its config: support/student_config.py).
 
-Tang et al. distil a fine-tuned BERT into "a single-layer BiLSTM, as well as
-its siamese counterpart for sentence-pair tasks" ([Tang] abstract, Section 3;
-the authors' code: castorini/d-bert, dbert/distill/model/bi_rnn.py and
-siamese_rnn.py):
+Tang et al. distil a fine-tuned BERT into "a single-layer BiLSTM, as well as its siamese
+counterpart for sentence-pair tasks" ([Tang] Section 3; d-bert's model/bi_rnn.py, siamese_rnn.py):
 
     single sentence:  words -> embeddings (B, T, E)
                             -> one-layer BiLSTM, H per direction
@@ -15,10 +13,7 @@ siamese_rnn.py):
     sentence pair:    the same BiLSTM encodes both sentences to h1, h2 (shared
                       weights, "siamese"); the classifier reads
                       [h1, h2, h1 * h2, |h1 - h2|]                               (B, 8H)
-
-Instead of the final states, `pooling="max"` takes the maximum of every
-output over the sentence's real positions (d-bert's `use_maxpool`, off by
-default there and here).
+    (pooling="max": the maximum of each output over the real positions, d-bert's use_maxpool)
 
 The LSTM ([LSTM]; with the forget gate of Gers et al. 2000) reads a sequence
 x_1 .. x_T one vector at a time and keeps two states, h (the output) and c
@@ -33,9 +28,8 @@ documentation; sigma is the logistic sigmoid, * elementwise):
     h' = o * tanh(c')
 
 The four W_i* are stacked into one (4H, I) matrix `weight_ih` in the row
-order i, f, g, o; likewise `weight_hh` (4H, H) and the biases (4H,). There are
-two biases per gate (b_i* and b_h*) only because cuDNN has two; their sum is
-what matters.
+order i, f, g, o; likewise `weight_hh` (4H, H) and the biases (4H,) (two per
+gate only because cuDNN has two; their sum is what matters).
 
 A bidirectional LSTM runs a second LSTM, with its own weights, from the end of
 the sentence back to its start, so each position sees both its left and its
@@ -43,16 +37,12 @@ right context. In a padded batch, "the end" is each sentence's last *real*
 token: the backward direction must start there, not at the padding, or every
 short sentence would be read as a run of [PAD]s followed by the sentence.
 
-Every formula runs as written. `LSTM.written_out = True` runs the cell above
-step by step in Python; the default runs PyTorch's fused LSTM kernel on the
-same parameters. The tests check that both give the same numbers.
+`LSTM.written_out = True` runs the cell above step by step in Python; the default runs
+PyTorch's fused LSTM kernel on the same parameters (the tests check both give the same numbers).
 
-References
-  [Tang]  Tang, Lu, Liu, Mou, Vechtomova, Lin 2019, "Distilling Task-Specific
-          Knowledge from BERT into Simple Neural Networks", arXiv:1903.12136.
-  [LSTM]  Hochreiter & Schmidhuber 1997, "Long Short-Term Memory", Neural
-          Computation 9(8); Gers, Schmidhuber & Cummins 2000, "Learning to
-          Forget: Continual Prediction with LSTM" (the forget gate f).
+References: [Tang] arXiv:1903.12136. [LSTM] Hochreiter & Schmidhuber 1997,
+"Long Short-Term Memory"; Gers, Schmidhuber & Cummins 2000, "Learning to
+Forget: Continual Prediction with LSTM" (the forget gate f).
 
 Shapes in comments: B batch, T sequence length, I input size, H hidden size
 per direction, D directions (1 or 2), E embedding size, K classes.
@@ -60,7 +50,6 @@ per direction, D directions (1 or 2), E embedding size, K classes.
 
 import functools
 import math
-from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -68,7 +57,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from minibert.support.errors import MiniBertError
-from minibert.support.student_config import REQUIRED, check_student_fields, student_fields_from
+from minibert.support.student_config import StudentConfig, check_student_fields
 
 # ----------------------------------------------------------------------------
 # One LSTM step
@@ -128,12 +117,10 @@ def run_direction(x, lengths, weight_ih, weight_hh, bias_ih, bias_hh, reverse):
 
 @functools.lru_cache(maxsize=None)
 def kernel_for(input_size, hidden_size, bidirectional):
-    """A torch.nn.LSTM with the same shapes, on the "meta" device: it holds
-    no numbers (nothing allocated, no random draws). LSTM.forward lends it
-    its own parameters for each call (torch.func.functional_call), so the
-    kernel is only torch's code, never a second copy of the weights. (One
-    kernel serves every LSTM of these shapes, and functional_call swaps the
-    parameters in and out around each call: not for several threads at once.)"""
+    """A torch.nn.LSTM of the same shapes on the "meta" device (no numbers, no random draws).
+    LSTM.forward lends it its own parameters for each call (torch.func.functional_call): the
+    kernel is only torch's code, never a second copy of the weights (one kernel serves every
+    LSTM of these shapes, the parameters swapped in and out around each call: one thread)."""
     return nn.LSTM(input_size, hidden_size, batch_first=True, bidirectional=bidirectional, device="meta")
 
 
@@ -223,45 +210,6 @@ class LSTM(nn.Module):
         packed_outputs, (h_n, _) = torch.func.functional_call(kernel, dict(self.named_parameters()), (packed,))
         outputs, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=T)  # zeros at padding
         return outputs, torch.cat(list(h_n), dim=-1)                 # (B, T, D*H); h_n (D, B, H) -> (B, D*H)
-
-
-# ----------------------------------------------------------------------------
-# The student's config
-# ----------------------------------------------------------------------------
-
-
-@dataclass
-class StudentConfig:
-    """The student's hyper-parameters. Defaults are d-bert's confs/birnn_sst2.json
-    (300-d "rand" word embeddings, hidden 150 per direction, fc 200, dropout
-    0.1: 603,002 parameters besides the embeddings). The paper's 0.96M SST-2
-    student (Table 3) is the same with embeddings_mode "multichannel"
-    (confs/birnn_sst2_150.json): a 600-d LSTM input, 963,002 parameters."""
-
-    vocab_size: int
-    num_classes: int                 # K
-    embedding_dim: int = 300         # E
-    hidden_size: int = 150           # H per direction
-    fc_size: int = 200               # width of fc1
-    pair: bool = False               # siamese: encode two sentences with the shared BiLSTM
-    pooling: str = "final"           # "final": concatenated final states (the authors' default); "max": max over time
-    dropout: float = 0.1             # after fc1's ReLU
-    padding_id: int = 0              # the id that pads input_ids (its embedding stays zero)
-    embeddings_mode: str = "rand"    # the authors' modes: "rand", "static" (frozen), "nonstatic", or "multichannel":
-                                     # a frozen copy beside the trained table, the LSTM reading both (2E)
-
-    def __post_init__(self):
-        check_student_fields(self.to_dict(), "StudentConfig")    # a config that exists is a valid one
-
-    def to_dict(self):
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values, source):
-        """A config from a dict read from `source` (a file name, for the
-        messages), every field checked (minibert/support/student_config.py)."""
-        defaults = {f.name: f.default for f in fields(cls) if f.name not in REQUIRED}
-        return cls(**student_fields_from(values, source, defaults))
 
 
 # ----------------------------------------------------------------------------

@@ -1,213 +1,30 @@
-"""Pretraining data: raw text -> token cache -> packed sequences -> masked batches.
-
-  1. `build_token_cache`: tokenize the corpus once. Input files hold one
-     paragraph per line; a blank line or a new file starts a new document.
-     Paragraphs are split into sentences. The result is three numpy arrays
-     saved in a folder named by a hash of (corpus, vocabulary, settings), so a
-     changed file, vocabulary or setting builds a new cache, and the arrays are
-     opened as memory maps (the corpus never has to fit in memory twice).
-  2. `pack_blocks`: group consecutive sentences of one document into blocks
-     of at most max_seq_len - 3 tokens (room for [CLS] A [SEP] B [SEP]).
-  3. `PretrainingBatches`: global batch number -> a batch. Everything random
-     (shuffling, sentence pairs, masking) is drawn from a generator seeded by
-     (seed, epoch, batch number), so masks are fresh each epoch, a resumed run
-     sees exactly the batches it would have seen, and every process of a
-     distributed run agrees on the whole global batch and takes its own slice.
+"""Pretraining data: BERT's masked batches from a tokenized corpus.
 
 Objectives ([BERT] 3.1, [ALBERT] 4.2):
-  MLM  15% of the real tokens are chosen; of those 80% become [MASK], 10% a
-       random token, 10% stay as they are. Whole-word masking chooses whole
-       words (a word piece and its ## continuations) instead of pieces.
+  MLM  15% of the real tokens are chosen (`mask_tokens`; whole-word masking:
+       whole words, a piece and its ## continuations); of those 80% become
+       [MASK], 10% a random token, 10% stay as they are (`corrupt_chosen`).
   NSP  (BERT) half the time segment B is replaced by text from another
        document; label 1 = "random", 0 = "is next".
   SOP  (ALBERT) half the time A and B swap places; label 1 = "swapped".
-"""
 
-import hashlib
-import json
-import re
-from pathlib import Path
+`pack_blocks` groups consecutive sentences of one document into blocks of at
+most max_seq_len - 3 tokens (room for [CLS] A [SEP] B [SEP]), and
+`PretrainingBatches` turns a global batch number into a batch. All that is
+random (shuffling, sentence pairs, masking) is drawn from a generator seeded
+by (seed, epoch, batch number), so masks are fresh each epoch, a resumed run
+sees exactly the batches it would have seen, and every process of a
+distributed run agrees on the whole global batch and takes its own slice
+(the corpus is tokenized once, into support/token_cache.py's cache).
+"""
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from minibert.heads import IGNORE_INDEX
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import save_array, write_json
-from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary  # noqa: F401  (used here and by pretraining.py)
+from minibert.support.fingerprints import vocabulary
 from minibert.support.seeds import generator_for
-
-CACHE_VERSION = 1
-SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]*[A-Z0-9])")
-
-
-def split_sentences(paragraph):
-    """A simple rule: a sentence ends at . ! or ? (plus closing quotes) followed
-    by a space and a capital letter or digit. Good enough for packing."""
-    return [s for s in SENTENCE_END.split(paragraph.strip()) if s]
-
-
-def read_documents(files):
-    """Yield documents, each a list of paragraphs (strings)."""
-    for path in files:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise MiniBertError(f"{path}: cannot read corpus file as UTF-8 text ({e})") from None
-        document = []
-        for line in text.splitlines():
-            if line.strip():
-                document.append(line)
-            elif document:
-                yield document
-                document = []
-        if document:
-            yield document
-
-
-def cache_key(files, tokenizer_fingerprint, settings):
-    """Hash of everything the cache depends on: each file's name, size and
-    content hash, the vocabulary, and the settings."""
-    digest = hashlib.sha256(json.dumps([CACHE_VERSION, tokenizer_fingerprint, settings]).encode())
-    for path in sorted(map(str, files)):
-        digest.update(path.encode())
-        with open(path, "rb") as f:
-            digest.update(hashlib.sha256(f.read()).digest())
-    return digest.hexdigest()[:16]
-
-
-def continuation_flags(tokenizer):
-    """For each vocabulary id: is it the continuation of a word? WordPiece
-    marks continuations with '##'; SentencePiece marks word *starts* with '\u2581'."""
-    if tokenizer.kind == "sentencepiece":
-        return [not token.startswith("\u2581") for token in vocabulary(tokenizer)]
-    return [token.startswith("##") for token in vocabulary(tokenizer)]
-
-
-def encode_sentences(tokenizer, sentences):
-    """Word-piece ids of each sentence, without [CLS] and [SEP] (the
-    `tokenizers` backend encodes a whole batch in parallel)."""
-    return [e.ids for e in tokenizer.backend.encode_batch(sentences, add_special_tokens=False)]
-
-
-def build_token_cache(files, tokenizer, cache_dir, progress=True):
-    """Tokenize the corpus into `cache_dir/<key>/`: tokens.npy (all word-piece
-    ids, back to back), sentence_starts.npy (offset of each sentence, plus the
-    end), sentence_documents.npy (document index of each sentence). Returns the
-    folder; an existing complete cache is reused."""
-    files = [Path(f) for f in files]
-    if not files:
-        raise MiniBertError("--corpus: no text files given")
-    for path in files:
-        if not path.is_file():
-            raise MiniBertError(f"{path}: corpus file not found")
-    key = cache_key(files, tokenizer_fingerprint(tokenizer), {"splitter": SENTENCE_END.pattern})
-    folder = Path(cache_dir) / key
-    if (folder / "done").exists():
-        try:
-            read_cache_marker(folder)
-            return folder
-        except MiniBertError as e:  # a damaged marker: build the cache again rather than trust the arrays
-            tqdm.write(f"rebuilding the token cache: {e}")
-
-    tokens, starts, documents = [], [0], []
-    total = 0
-    all_documents = list(read_documents(files))
-    if not all_documents:
-        raise MiniBertError(f"corpus {', '.join(map(str, files[:3]))}: the files hold no text")
-    for doc_index, document in enumerate(tqdm(all_documents, desc="tokenizing corpus", unit="doc", disable=not progress)):
-        sentences = [s for paragraph in document for s in split_sentences(paragraph)]
-        for ids in encode_sentences(tokenizer, sentences):
-            if not ids:
-                continue
-            tokens.append(np.asarray(ids, dtype=np.int32))
-            total += len(ids)
-            starts.append(total)
-            documents.append(doc_index)
-    if total == 0:
-        raise MiniBertError("the corpus produced no tokens")
-    dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max else np.int32
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise MiniBertError(f"--cache-dir {cache_dir}: cannot make the token cache folder ({e.strerror})") from None
-    save_array(folder / "tokens.npy", np.concatenate(tokens).astype(dtype))
-    save_array(folder / "sentence_starts.npy", np.asarray(starts, dtype=np.int64))
-    save_array(folder / "sentence_documents.npy", np.asarray(documents, dtype=np.int32))
-    # The marker last, and atomically: a cache killed half-way has no marker
-    # (or the old one), never half a marker next to half-written arrays.
-    write_json(folder / "done", {"files": [str(f) for f in files], "tokens": total,
-                                 "tokenizer": tokenizer_fingerprint(tokenizer)})
-    return folder
-
-
-def is_token_cache(path):
-    return (Path(path) / "done").is_file() and (Path(path) / "tokens.npy").is_file()
-
-
-def read_cache_marker(folder):
-    """The `done` file that build_token_cache writes last: a JSON object naming
-    the files, the token count and the vocabulary's fingerprint."""
-    path = Path(folder) / "done"
-    try:
-        marker = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:  # ValueError covers bad JSON and bad UTF-8
-        raise MiniBertError(f"{path}: damaged token cache marker ({e}); delete {folder} to build it again") from None
-    if not isinstance(marker, dict) or not isinstance(marker.get("tokenizer"), str):
-        raise MiniBertError(f"{path}: damaged token cache marker (expected a JSON object with a \"tokenizer\" "
-                            f"fingerprint); delete {folder} to build it again")
-    return marker
-
-
-def check_token_cache(folder, tokenizer):
-    """A prepared cache given directly (e.g. copied to another machine) must
-    have been made with this vocabulary."""
-    made_with = read_cache_marker(folder)["tokenizer"]
-    if made_with != tokenizer_fingerprint(tokenizer):
-        raise MiniBertError(f"{folder}: this token cache was made with a different vocabulary or casing")
-    return folder
-
-
-class TokenCache:
-    """The cached arrays, memory-mapped."""
-
-    def __init__(self, folder):
-        folder = Path(folder)
-        try:
-            self.tokens = np.load(folder / "tokens.npy", mmap_mode="r")
-            self.sentence_starts = np.load(folder / "sentence_starts.npy")
-            self.sentence_documents = np.load(folder / "sentence_documents.npy")
-        except (OSError, ValueError, EOFError) as e:  # missing, truncated or not numpy arrays
-            raise MiniBertError(f"{folder}: damaged token cache ({e}); delete it to build it again") from None
-
-    def sentence(self, index):
-        return self.tokens[self.sentence_starts[index]:self.sentence_starts[index + 1]]
-
-
-def pack_blocks(cache, max_tokens):
-    """Split each document into blocks of consecutive sentences holding at most
-    `max_tokens` tokens. A sentence longer than that is cut into pieces.
-    Returns a list of blocks, each a list of (start, end) token spans, one per
-    sentence (or piece)."""
-    blocks, current, length = [], [], 0
-    starts, documents = cache.sentence_starts, cache.sentence_documents
-    for i in range(len(documents)):
-        if current and (documents[i] != documents[i - 1]):
-            blocks.append(current)
-            current, length = [], 0
-        start, end = int(starts[i]), int(starts[i + 1])
-        for piece_start in range(start, end, max_tokens):
-            piece = (piece_start, min(end, piece_start + max_tokens))
-            if current and length + piece[1] - piece[0] > max_tokens:
-                blocks.append(current)
-                current, length = [], 0
-            current.append(piece)
-            length += piece[1] - piece[0]
-    if current:
-        blocks.append(current)
-    return blocks
 
 
 def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, mask_prob=0.15,
@@ -297,6 +114,38 @@ def normal_ids(special_ids, vocab_size):
     return max(gaps, key=lambda gap: gap[1] - gap[0])
 
 
+def pack_blocks(cache, max_tokens):
+    """Split each document into blocks of consecutive sentences holding at most
+    `max_tokens` tokens. A sentence longer than that is cut into pieces.
+    Returns a list of blocks, each a list of (start, end) token spans, one per
+    sentence (or piece)."""
+    blocks, current, length = [], [], 0
+    starts, documents = cache.sentence_starts, cache.sentence_documents
+    for i in range(len(documents)):
+        if current and (documents[i] != documents[i - 1]):
+            blocks.append(current)
+            current, length = [], 0
+        start, end = int(starts[i]), int(starts[i + 1])
+        for piece_start in range(start, end, max_tokens):
+            piece = (piece_start, min(end, piece_start + max_tokens))
+            if current and length + piece[1] - piece[0] > max_tokens:
+                blocks.append(current)
+                current, length = [], 0
+            current.append(piece)
+            length += piece[1] - piece[0]
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def continuation_flags(tokenizer):
+    """For each vocabulary id: is it the continuation of a word? WordPiece
+    marks continuations with '##'; SentencePiece marks word *starts* with '\u2581'."""
+    if tokenizer.kind == "sentencepiece":
+        return [not token.startswith("\u2581") for token in vocabulary(tokenizer)]
+    return [token.startswith("##") for token in vocabulary(tokenizer)]
+
+
 class PretrainingBatches:
     """Global batch number -> dict of tensors, deterministic (see module docstring).
 
@@ -307,7 +156,7 @@ class PretrainingBatches:
     def __init__(self, cache, blocks, tokenizer, max_seq_len, batch_size, seed, pair_objective="none",
                  mask_prob=0.15, whole_word=False):
         if pair_objective not in ("none", "nsp", "sop"):
-            raise MiniBertError(f"--pair-objective: expected none, nsp or sop, got {pair_objective!r}")
+            raise MiniBertError(f"pair_objective: expected none, nsp or sop, got {pair_objective!r}")
         self.cache, self.blocks = cache, blocks
         self.max_seq_len, self.batch_size, self.seed = max_seq_len, batch_size, seed
         self.pair_objective, self.mask_prob, self.whole_word = pair_objective, mask_prob, whole_word
@@ -318,7 +167,7 @@ class PretrainingBatches:
         self.batches_per_epoch = len(blocks) // batch_size
         if self.batches_per_epoch == 0:
             raise MiniBertError(f"the corpus makes {len(blocks)} sequences of up to {max_seq_len} tokens, fewer "
-                                f"than one batch of {batch_size}; use a smaller --batch-size or --max-seq-len, "
+                                f"than one batch of {batch_size}; use a smaller batch_size or max_seq_len, "
                                 f"or more text")
 
     def __len__(self):

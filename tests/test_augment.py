@@ -1,16 +1,16 @@
 """The transfer set of Tang et al. 2019 (minibert/augment.py): masking and
 POS replacement at their rates, replacements that keep the tag, n-grams,
 pairs augmented consistently, the deduplicated and seeded transfer set, the
-lexicon read from a tagged file, and errors that name the file, line or
-argument."""
+lexicon read from a tagged file, and errors that name the argument."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from minibert.augment import MASK, PosLexicon, augment_pair, augment_words, split_words, transfer_set
+from minibert.augment import PosLexicon, augment_pair, augment_words, transfer_set
 from minibert.support.errors import MiniBertError
+from minibert.support.words import MASK, split_words
 
 SHARED_CONLL = Path(__file__).resolve().parents[2] / "shared" / "data" / "conll2003" / "eng.train"
 
@@ -218,19 +218,6 @@ def test_transfer_set_without_a_lexicon_only_masks(lexicon):
 # ----------------------------------------------------------------------------
 # Bad input
 # ----------------------------------------------------------------------------
-
-
-def test_bad_lexicon_files_are_named_with_their_line(tmp_path):
-    empty = tmp_path / "empty.txt"
-    empty.write_text("-DOCSTART- -X- -X- O\n\n", encoding="utf-8")
-    with pytest.raises(MiniBertError, match=r"empty\.txt: no 'word TAG' lines"):
-        PosLexicon.from_file(empty)
-    one_column = tmp_path / "one.txt"
-    one_column.write_text("the DT\n\nlonely\n", encoding="utf-8")
-    with pytest.raises(MiniBertError, match=r"one\.txt: line 3: one column 'lonely'"):
-        PosLexicon.from_file(one_column)
-    with pytest.raises(MiniBertError, match=r"missing\.txt: cannot read"):
-        PosLexicon.from_file(tmp_path / "missing.txt")
 
 
 @pytest.mark.parametrize("arguments, message", [

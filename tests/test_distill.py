@@ -10,9 +10,11 @@ import torch
 
 from distill_helpers import TINY_STUDENT, make_distillation_data, one_thread
 from helpers import REPO, run_script_in_process
-from minibert import distillation
-from minibert.lstm import BiLSTMClassifier, StudentConfig
+from minibert.lstm import BiLSTMClassifier
+from minibert.runs import distillation as distillation_run
 from minibert.support.cli import run
+from minibert.support.errors import MiniBertError
+from minibert.support.student_config import StudentConfig
 from minibert.support.student_folder import load_student
 from minibert.tokenization import load_tokenizer
 
@@ -70,7 +72,7 @@ def test_distill_writes_a_student_folder_and_the_results(distilled, setup):
 
 def test_a_second_run_reuses_the_cached_teacher_logits(distilled, setup, tmp_path, capsys, monkeypatch):
     calls = []
-    monkeypatch.setattr(distillation, "teacher_logits", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(distillation_run, "teacher_logits", lambda *a, **k: calls.append(1))
     code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "again", "--epochs",
                                                                            "1", "--json", tmp_path / "r.json"))
     assert code == 0, captured.err
@@ -130,6 +132,9 @@ def test_paper_config_sst2_is_the_papers_student_and_explicit_flags_win():
     settings = script.settings_from(script.parser.parse_args([]))
     assert (settings.embeddings_mode, settings.distill_term, settings.unlabelled_target, settings.pair_augment) == (
         None, "mse", "none", "consistent")                 # today's defaults (rand once resolved)
+    assert script.settings_from(script.parser.parse_args(["--freeze-embeddings"])).embeddings_mode == "static"
+    with pytest.raises(MiniBertError, match="--freeze-embeddings is --embeddings-mode static, not multichannel"):
+        script.settings_from(script.parser.parse_args(["--paper-config", "sst2", "--freeze-embeddings"]))
 
 
 def test_the_papers_choices_train_a_multichannel_student_and_print_the_papers_count(setup, tmp_path, capsys):

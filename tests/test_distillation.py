@@ -1,6 +1,6 @@
 """minibert/distillation.py (Tang et al. 2019) on tiny models and tiny data,
 in seconds: THE loss by hand, the student learns a teacher's logits, its
-embeddings' starting points, the transfer set, a whole run on a pair task."""
+embeddings' starting points, the transfer set."""
 
 import math
 
@@ -8,28 +8,23 @@ import numpy as np
 import pytest
 import torch
 
-from distill_helpers import make_distillation_data, make_teacher, one_thread
+from distill_helpers import one_thread
 from helpers import REPO
 from minibert import distillation
 from minibert.augment import PosLexicon
-from minibert.distillation import (DistillationObjective, collate_student, distillation_loss, student_features,
-                                   student_logits)
+from minibert.distillation import DistillationObjective, distillation_loss, student_features, student_logits
 from minibert.finetuning import LengthGroupedBatches
 from minibert.heads import IGNORE_INDEX
-from minibert.lstm import BiLSTMClassifier, StudentConfig
+from minibert.lstm import BiLSTMClassifier
+from minibert.runs.distillation import optimizer_factory
 from minibert.support.distillation_settings import DEFAULT_POS_FILE, DistillationSettings, pos_file_path
-from minibert.support.student_folder import load_student
-from minibert.support.student_tokenizers import WordTokenizer, build_vocabulary
+from minibert.support.student_config import StudentConfig
+from minibert.support.student_inputs import WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
 from minibert.tasks.readers import ClassificationExample
 from minibert.training import Context, TrainingConfig, train
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    return make_distillation_data(tmp_path_factory.mktemp("distillation"))
 
 
 # ----------------------------------------------------------------------------
@@ -121,7 +116,7 @@ def test_the_student_learns_to_match_a_fixed_teachers_logits(tmp_path):
     settings = DistillationSettings(optimizer="adadelta", lr=1.0)    # the default optimizer, as distill.py runs it
     config = TrainingConfig(total_steps=15 * len(batches), seed=0, max_grad_norm=0.0, log_every=10**6)
     train(model, batches, DistillationObjective(alpha=0.0), config, Context(torch.device("cpu")),
-          tmp_path / "checkpoint.pt", progress=False, optimizer_factory=distillation.optimizer_factory(settings))
+          tmp_path / "checkpoint.pt", progress=False, optimizer_factory=optimizer_factory(settings))
     after = mse_to_teacher(model, features)
     assert after <= before / 5, (before, after)      # the MSE to the teacher's logits falls at least 5x
 
@@ -198,31 +193,6 @@ def test_real_sst2_sentences_are_augmented_with_the_default_conll_lexicon():
     tokenizer = WordTokenizer(build_vocabulary([e.text_a for e in transfer]), 128)
     masked = next(e.text_a for e in augmented if "[MASK]" in e.text_a)
     assert tokenizer.mask_id in tokenizer.encode_many([masked])[0]        # "[MASK]" is one word, id 2
-
-
-# ----------------------------------------------------------------------------
-# The run
-# ----------------------------------------------------------------------------
-
-
-def test_a_pair_task_is_distilled_with_a_siamese_student(setup, tmp_path):
-    rows = [("1", "a good film", "a great film"), ("0", "the plot was bad", "it was a lovely show"),
-            ("1", "very sad story", "a sad story"), ("0", "an ugly show", "the film was fine")] * 4
-    lines = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"] + [f"{q}\t{i}\t{i + 100}\t{a}\t{b}"
-                                                               for i, (q, a, b) in enumerate(rows)]
-    (tmp_path / "mrpc.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    make_teacher(tmp_path / "teacher", setup / "base", "mrpc")
-    settings = DistillationSettings(n_iter=2, pos_file=str(setup / "pos.txt"), cache_dir=str(tmp_path / "cache"),
-                                    embedding_dim=8, hidden_size=4, fc_size=8, epochs=2, batch_size=8, alpha=0.5)
-    summary = distillation.distill(None, tmp_path / "mrpc.tsv", tmp_path / "mrpc.tsv", tmp_path / "student",
-                                   settings, teacher_folder=tmp_path / "teacher", device="cpu", progress=False)
-    assert summary["task"] == "mrpc" and set(summary["best"]) == {"accuracy", "f1"}
-    assert summary["transfer_examples"] > summary["train_examples"] == 16
-    logged = [record for record in summary["history"] if "distill_loss" in record]
-    assert logged and all("gold_loss" in record for record in logged)   # alpha 0.5: both terms
-    assert summary["best_epoch"] in (1, 2) and len(summary["epochs_history"]) == 2
-    model, _, task = load_student(tmp_path / "student")
-    assert model.config.pair and task.name == "mrpc"
 
 
 # ---- coursework exercise: distillation-loss -----------------------------------------------------

@@ -1,6 +1,8 @@
 """minibert/support/distillation_settings.py: per-task defaults, the POS file's
 default, and the checks that fail a run before any work is done."""
 
+import dataclasses
+
 import pytest
 
 from minibert.support import distillation_settings
@@ -42,15 +44,12 @@ def test_bf16_is_off_unless_asked_and_survives_resolving():
     assert DistillationSettings(bf16=True).resolved(make_task("mrpc"), with_teacher=False).bf16 is True
 
 
-def test_embeddings_modes_follow_the_older_flags_and_contradictions_are_refused():
+def test_embeddings_modes_follow_the_starting_vectors_and_contradictions_are_refused():
     sst2 = make_task("sst2")
     assert DistillationSettings().resolved(sst2, True).embeddings_mode == "rand"
-    frozen = DistillationSettings(freeze_embeddings=True).resolved(sst2, True)
-    assert frozen.embeddings_mode == "static" and frozen.freeze_embeddings
     assert DistillationSettings(embeddings="teacher").resolved(sst2, True).embeddings_mode == "nonstatic"
-    assert DistillationSettings(embeddings_mode="static").resolved(sst2, True).freeze_embeddings
-    with pytest.raises(MiniBertError, match="--freeze-embeddings is --embeddings-mode static, not multichannel"):
-        DistillationSettings(freeze_embeddings=True, embeddings_mode="multichannel").resolved(sst2, True)
+    assert DistillationSettings(embeddings_mode="static").resolved(sst2, True).embeddings_mode == "static"
+    assert "freeze_embeddings" not in dataclasses.asdict(DistillationSettings())    # one setting: embeddings_mode
     rand_with_vectors = DistillationSettings(embeddings="teacher", embeddings_mode="rand").resolved(sst2, True)
     with pytest.raises(MiniBertError, match="--embeddings-mode rand starts from random vectors"):
         check_run(rand_with_vectors, sst2, True, True, CLASSIFICATION)

@@ -119,3 +119,4 @@ def test_no_lesson_imports_a_run():
         if not name.startswith(("minibert.runs", "minibert.coursework")):
             assert not {m for m in imported if m.startswith("minibert.runs")}, f"{name} imports a run"
     assert "minibert.pretraining" in graph["minibert.runs.pretraining"]
+    assert "minibert.distillation" in graph["minibert.runs.distillation"]

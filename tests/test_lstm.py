@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 
 from minibert.support.errors import MiniBertError
-from minibert.lstm import LSTM, BiLSTMClassifier, StudentConfig, lstm_cell
+from minibert.lstm import LSTM, BiLSTMClassifier, lstm_cell
+from minibert.support.student_config import StudentConfig
 
 
 def randn(*shape, seed=0):

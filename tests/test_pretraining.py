@@ -20,7 +20,8 @@ from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModel
 from minibert.pretraining import MaskedLMObjective, masked_lm_loss
 from minibert.runs.pretraining import pretrain
-from minibert.pretraining_data import build_token_cache, check_token_cache, tokenizer_fingerprint
+from minibert.support.fingerprints import tokenizer_fingerprint
+from minibert.support.token_cache import build_token_cache, check_token_cache
 from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
 from minibert.training import load_checkpoint
 from helpers import run_script_in_process

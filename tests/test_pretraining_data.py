@@ -1,5 +1,5 @@
 """minibert/pretraining_data.py: what BERT's pretraining data is made of
-([BERT] 3.1, A.1): sentences, then 15% of the real tokens chosen per sequence
+([BERT] 3.1, A.1): 15% of the real tokens chosen per sequence
 (whole words when asked), and of those 80% replaced by [MASK], 10% by a random
 token and 10% left as they are.
 """
@@ -7,11 +7,7 @@ token and 10% left as they are.
 import pytest
 import torch
 
-from minibert.pretraining_data import corrupt_chosen, mask_tokens, normal_ids, split_sentences
-
-
-def test_sentence_splitter_keeps_abbreviation_free_sentences_apart():
-    assert split_sentences('He ran. "Stop!" she cried. Then 3 dogs came?') == ['He ran.', '"Stop!" she cried.', 'Then 3 dogs came?']
+from minibert.pretraining_data import corrupt_chosen, mask_tokens, normal_ids
 
 
 # ----------------------------------------------------------------------------

@@ -3,7 +3,7 @@ one-line error naming the source, the field, its value and what was expected."""
 
 import pytest
 
-from minibert.lstm import StudentConfig
+from minibert.support.student_config import StudentConfig
 from minibert.support.errors import MiniBertError
 from minibert.support.student_config import check_student_fields, student_fields_from
 

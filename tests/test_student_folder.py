@@ -10,13 +10,14 @@ import torch
 
 from distill_helpers import make_distillation_data, one_thread
 from helpers import REPO
-from minibert import distillation
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
-from minibert.distillation import collate_student, student_features, student_logits
-from minibert.lstm import BiLSTMClassifier, StudentConfig
+from minibert.distillation import student_features, student_logits
+from minibert.lstm import BiLSTMClassifier
+from minibert.runs.distillation import load_teacher
 from minibert.support.errors import MiniBertError
+from minibert.support.student_config import StudentConfig
 from minibert.support.student_folder import WEIGHTS_FILE, load_student, save_student
-from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer, build_vocabulary
+from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
 from minibert.tasks.readers import ClassificationExample
 
@@ -47,7 +48,7 @@ def logits_of(model, task, tokenizer, examples=EXAMPLES):
 
 
 def test_a_saved_student_loads_back_with_identical_logits(setup, tmp_path):
-    teacher = distillation.load_teacher(setup / "teacher")
+    teacher = load_teacher(setup / "teacher")
     for task_name, tokenizer in [("sst2", None), ("mrpc", PieceTokenizer(teacher.tokenizer, 16))]:
         model, tokenizer = saved_student(tmp_path / task_name, task_name, tokenizer)
         task = make_task(task_name)

@@ -7,7 +7,7 @@ import torch
 
 from distill_helpers import make_distillation_data
 from helpers import error_line, run_script, run_script_in_process
-from minibert import distillation
+from minibert.runs.distillation import load_teacher
 from minibert.support.errors import MiniBertError
 from minibert.support.distillation_settings import DistillationSettings, check_files
 from minibert.support.word_vectors import check_word_vectors, read_word_vectors, teacher_embedding_matrix
@@ -59,7 +59,7 @@ def test_every_line_is_checked_before_the_slow_work(tmp_path):
 
 
 def test_teacher_embeddings_are_copied_at_its_width_or_randomly_projected(tmp_path):
-    teacher = distillation.load_teacher(make_distillation_data(tmp_path) / "teacher")
+    teacher = load_teacher(make_distillation_data(tmp_path) / "teacher")
     base_model = teacher.model.base_model
     weight = base_model.embeddings.word_embeddings.weight.detach()     # (V, 32)
     assert torch.equal(teacher_embedding_matrix(base_model, 32, seed=0), weight)

@@ -1,10 +1,10 @@
-"""minibert/support/words.py: the words augment.py and the student read, and
-the lines of a part-of-speech tagged file."""
+"""minibert/support/words.py: the words augment.py and the student read, the
+lines and word counts of a part-of-speech tagged file."""
 
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.support.words import split_words, tagged_lines
+from minibert.support.words import split_words, tagged_lines, tagged_word_counts
 
 
 def test_split_words_lower_cases_and_splits_off_punctuation():
@@ -20,3 +20,22 @@ def test_tagged_lines_skip_blank_and_docstart_lines_and_keep_their_numbers(tmp_p
         list(tagged_lines(tmp_path / "latin1.txt"))
     with pytest.raises(MiniBertError, match="absent.txt: cannot read"):
         list(tagged_lines(tmp_path / "absent.txt"))
+
+
+def test_tagged_word_counts_count_each_words_tags_lower_cased(tmp_path):
+    path = tmp_path / "tags.txt"
+    path.write_text("run VB\nRun NN\nrun VB\nU.S. NNP\n\nthe DT B-NP\n", encoding="utf-8")
+    assert tagged_word_counts([path]) == {"run": {"VB": 2, "NN": 1}, "the": {"DT": 1}}   # "u.s." is no one word
+
+
+def test_bad_lexicon_files_are_named_with_their_line(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("-DOCSTART- -X- -X- O\n\n", encoding="utf-8")
+    with pytest.raises(MiniBertError, match=r"empty\.txt: no 'word TAG' lines"):
+        tagged_word_counts([empty])
+    one_column = tmp_path / "one.txt"
+    one_column.write_text("the DT\n\nlonely\n", encoding="utf-8")
+    with pytest.raises(MiniBertError, match=r"one\.txt: line 3: one column 'lonely'"):
+        tagged_word_counts([one_column])
+    with pytest.raises(MiniBertError, match=r"missing\.txt: cannot read"):
+        tagged_word_counts([tmp_path / "missing.txt"])

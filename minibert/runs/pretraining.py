@@ -28,12 +28,13 @@ from minibert.checkpoints import read_config, save_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.model import BertModel
 from minibert.pretraining import MaskedLMObjective, evaluate_mlm
-from minibert.pretraining_data import (PretrainingBatches, TokenCache, build_token_cache, check_token_cache,
-                                      is_token_cache, pack_blocks, tokenizer_fingerprint, vocabulary)
+from minibert.pretraining_data import PretrainingBatches, pack_blocks
 from minibert.support.errors import MiniBertError
+from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary
 from minibert.support.folders import recover_folder, write_folder
 from minibert.support.inputs import not_a_file
 from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, file_identity, resume_from_checkpoint
+from minibert.support.token_cache import TokenCache, build_token_cache, check_token_cache, is_token_cache
 from minibert.tokenization import _wordpiece_from_vocab, wordpiece_tokenizer
 from minibert.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
 

@@ -23,12 +23,12 @@ For one lesson each:
     layer_orders.py            duplication.py: layer indices, the depth limit, a pretrained source
     tokenizer_files.py         tokenization.py: finding, reading and writing a folder's tokenizer files
     sentencepiece_model.py     tokenization.py: the pieces and settings of a SentencePiece `.model` file
-    student_config.py          lstm.py: the checks of the student's config fields
+    token_cache.py             pretraining_data.py: the corpus read, split into sentences and tokenized once
+    student_config.py          lstm.py: the student's config (StudentConfig) and the checks of its fields
     words.py                   augment.py, distillation.py: a text as words; the POS-tagged file reader
-    student_tokenizers.py      distillation.py: the student's text -> ids (words, or the teacher's pieces)
+    student_inputs.py          distillation.py: the student's text -> ids (words, or the teacher's pieces) -> batches
     word_vectors.py            distillation.py: the vectors the student's embeddings start from
     transfer_cache.py          distillation.py: the transfer set and teacher logits, cached by fingerprint
     student_folder.py          distillation.py: the student folder on disk
     distillation_settings.py   distillation.py: a run's settings and their checks
-    distillation_run.py        distillation.py: a run's record, resume settings and parameter counts
 """

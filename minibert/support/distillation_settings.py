@@ -38,11 +38,10 @@ class DistillationSettings:
     dropout: float = 0.1
     min_count: int = 1                       # a word enters the vocabulary when it occurs this often
     max_seq_len: int = 128                   # words (or word pieces) per text for the student
-    freeze_embeddings: bool = False          # Tang's "static" mode; default "non-static" (trained)
-    # The authors' embedding modes (d-bert model/base.py): "rand" (random vectors, trained), "static" (frozen),
-    # "nonstatic" (trained), "multichannel" (a frozen and a trained copy of the same vectors concatenated:
-    # a 2E-d LSTM input, the paper's 0.96M SST-2 student). None: static with freeze_embeddings, else rand
-    # for random vectors and nonstatic for a vectors file or the teacher's.
+    # The authors' embedding modes (d-bert model/base.py): "rand" (random vectors, trained), "static" (frozen:
+    # distill.py --freeze-embeddings), "nonstatic" (trained), "multichannel" (a frozen and a trained copy of the
+    # same vectors concatenated: a 2E-d LSTM input, the paper's 0.96M SST-2 student). None: rand for random
+    # vectors, nonstatic for a vectors file or the teacher's.
     embeddings_mode: Optional[str] = None
     # the transfer set ([Tang] section 3.2; minibert/augment.py)
     augment: bool = True
@@ -87,14 +86,10 @@ class DistillationSettings:
         values = dataclasses.asdict(self)
         defaults = {"hidden_size": 300 if pair else 150, "n_iter": 10 if pair else 20,
                     "alpha": 0.0 if with_teacher else 1.0, "lr": 1.0 if self.optimizer == "adadelta" else 5e-4}
-        if self.freeze_embeddings and self.embeddings_mode not in (None, "static"):
-            raise MiniBertError(f"--freeze-embeddings is --embeddings-mode static, not {self.embeddings_mode}")
-        defaults["embeddings_mode"] = ("static" if self.freeze_embeddings
-                                       else "rand" if self.embeddings == "random" else "nonstatic")
+        defaults["embeddings_mode"] = "rand" if self.embeddings == "random" else "nonstatic"
         for key, value in defaults.items():
             if values[key] is None:
                 values[key] = value
-        values["freeze_embeddings"] = values["embeddings_mode"] == "static"
         return DistillationSettings(**values)
 
 
@@ -103,7 +98,7 @@ UNLABELLED_TARGETS = ("none", "teacher")
 
 # The paper's students, one flag each (--paper-config): d-bert's confs/birnn_sst2_150.json, the SST-2 BiLSTM of
 # Table 3 with 0.96M parameters besides its embeddings: 300-d vectors in "multichannel" (600-d LSTM input),
-# hidden 150 per direction, fc 200, dropout 0.1, batch 50 (its count: distillation_run.PAPER_SST2).
+# hidden 150 per direction, fc 200, dropout 0.1, batch 50 (its count: runs/distillation.PAPER_SST2).
 PAPER_CONFIGS = {"sst2": {"embeddings_mode": "multichannel", "embedding_dim": 300, "hidden_size": 150,
                           "fc_size": 200, "dropout": 0.1, "batch_size": 50}}
 

@@ -1,7 +1,7 @@
 """Fingerprints: a short hash that says whether two things are the same.
 
 A tokenizer's fingerprint covers its kind, its casing and every token in id
-order. The pretraining cache is keyed by it (pretraining_data.py), --resume
+order. The pretraining token cache is keyed by it (token_cache.py), --resume
 compares it, and a fine-tuned folder records it in task.json, so that a
 vocab.txt replaced later (another vocabulary of any size, or another casing)
 is refused instead of quietly feeding the model the wrong ids.

@@ -1,11 +1,23 @@
-"""minibert/support/distillation_run.py: what a run records, what --resume
-checks, and the parameter counts it reports."""
+"""minibert/runs/distillation.py: what a run records, what --resume
+checks, and the parameter counts it reports; a whole run on a pair task."""
 
-from minibert.lstm import BiLSTMClassifier, StudentConfig
-from minibert.support.distillation_run import describe_run, parameter_counts, resume_config, run_record
+import pytest
+
+from distill_helpers import make_distillation_data, make_teacher, one_thread
+from minibert.lstm import BiLSTMClassifier
+from minibert.runs.distillation import describe_run, distill, parameter_counts, resume_config, run_record
 from minibert.support.distillation_settings import DistillationSettings
-from minibert.support.student_tokenizers import WordTokenizer, build_vocabulary
+from minibert.support.student_config import StudentConfig
+from minibert.support.student_folder import load_student
+from minibert.support.student_inputs import WordTokenizer, build_vocabulary
 from minibert.tasks import make_task
+
+one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    return make_distillation_data(tmp_path_factory.mktemp("distillation"))
 
 
 def test_counts_record_and_resume_config_of_a_run():
@@ -43,7 +55,7 @@ def test_resume_config_records_every_setting_that_shapes_the_run_by_flag(tmp_pat
     assert flags["--no-augment"] is False and flags["--no-teacher"] is True and flags["--teacher"] is None
     assert flags["--train"].startswith(f"{train} (29 bytes, sha256 ")
     assert not {"--cache-dir", "--teacher-batch-size", "--eval-batch-size", "--max-minutes"} & set(flags)
-    # --freeze-embeddings is --embeddings-mode static: one flag says a change of either, the one with the values
+    # one setting, embeddings_mode (distill.py's --freeze-embeddings is its "static"): a change names --embeddings-mode
     assert "--freeze-embeddings" not in flags and flags["--embeddings-mode"] == "rand"
 
 
@@ -59,3 +71,23 @@ def test_the_papers_sst2_student_counts_963002_parameters_besides_its_two_embedd
     record = run_record(settings, None, True, "train.tsv", None, "random U(-0.25, 0.25)", 1, 1)
     assert "963,002 without the embeddings; Tang et al.'s SST-2 student: 963,002, 0.96M" in describe_run(
         make_task("sst2"), record, 1, 1, counts)
+
+
+def test_a_pair_task_is_distilled_with_a_siamese_student(setup, tmp_path):
+    rows = [("1", "a good film", "a great film"), ("0", "the plot was bad", "it was a lovely show"),
+            ("1", "very sad story", "a sad story"), ("0", "an ugly show", "the film was fine")] * 4
+    lines = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"] + [f"{q}\t{i}\t{i + 100}\t{a}\t{b}"
+                                                               for i, (q, a, b) in enumerate(rows)]
+    (tmp_path / "mrpc.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    make_teacher(tmp_path / "teacher", setup / "base", "mrpc")
+    settings = DistillationSettings(n_iter=2, pos_file=str(setup / "pos.txt"), cache_dir=str(tmp_path / "cache"),
+                                    embedding_dim=8, hidden_size=4, fc_size=8, epochs=2, batch_size=8, alpha=0.5)
+    summary = distill(None, tmp_path / "mrpc.tsv", tmp_path / "mrpc.tsv", tmp_path / "student",
+                      settings, teacher_folder=tmp_path / "teacher", device="cpu", progress=False)
+    assert summary["task"] == "mrpc" and set(summary["best"]) == {"accuracy", "f1"}
+    assert summary["transfer_examples"] > summary["train_examples"] == 16
+    logged = [record for record in summary["history"] if "distill_loss" in record]
+    assert logged and all("gold_loss" in record for record in logged)   # alpha 0.5: both terms
+    assert summary["best_epoch"] in (1, 2) and len(summary["epochs_history"]) == 2
+    model, _, task = load_student(tmp_path / "student")
+    assert model.config.pair and task.name == "mrpc"

@@ -1,4 +1,4 @@
-"""minibert/support/student_tokenizers.py: the student's word vocabulary
+"""minibert/support/student_inputs.py: the student's word vocabulary
 (specials first, then words by frequency, "[MASK]" one word), its file, and
 the teacher's pieces without [CLS]/[SEP]."""
 
@@ -6,7 +6,7 @@ import pytest
 
 from distill_helpers import make_distillation_data
 from minibert.support.errors import MiniBertError
-from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer, build_vocabulary
+from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary
 from minibert.tokenization import load_tokenizer
 
 
