@@ -808,11 +808,11 @@ def load_tokenizer(name_or_path=None, *, force_download=False, revision=None):
         path = pathlib.Path(resolve_model_dir(name, force_download=force_download, revision=revision, weights=False))
     try:
         found = find_tokenizer_files(path)  # which files, which casing: support/tokenizer_files.py
-        if found.kind == "wordpiece":
+        if found.model_type == "bert":
             return _wordpiece_from_vocab(found.vocab, found.do_lower_case, source=str(found.file))
-        if found.kind == "sentencepiece":
+        if found.model_type == "albert":
             return sentencepiece_tokenizer(found.file, do_lower_case=found.do_lower_case)
-        if found.kind == "deberta-v2":
+        if found.model_type == "deberta-v2":
             tokenizer = deberta_v2_tokenizer(found.file, found.do_lower_case, found.split_by_punct)
         else:
             tokenizer = deberta_v1_tokenizer(found.file, found.merges_file)
