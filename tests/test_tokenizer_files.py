@@ -1,7 +1,8 @@
 """minibert.support.tokenizer_files and minibert.support.sentencepiece_model:
 finding a folder's tokenizer files, deciding the casing, reading the
 SentencePiece protobuf. (What the tokenizers built from them do is in
-tests/test_tokenization.py and tests/test_deberta_tokenizers.py.)"""
+tests/test_tokenization.py, tests/test_fast_tokenizers.py and
+tests/test_deberta_tokenizers.py.)"""
 
 import json
 

@@ -2,8 +2,8 @@
 (vocab.txt, tokenizer.json, spiece.model, spm.model, vocab.json + merges.txt,
 here or in a TF-Hub module's assets/), reading and checking them, deciding the
 casing from what the folder says, and writing them back in Hugging Face
-layout. tokenization.py builds the tokenizer from what `find_tokenizer_files`
-returns; nothing here cuts text into tokens.
+layout. support/fast_tokenizers.py builds the tokenizer from what
+`find_tokenizer_files` returns; nothing here cuts text into tokens.
 """
 
 import json
@@ -14,7 +14,7 @@ from typing import Optional
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, read_json_object
 
-# Names the tokenizer file may have, in the order load_tokenizer looks for them
+# Names the tokenizer file may have, in the order find_tokenizer_file looks for them
 # (inside the folder and inside its `assets/` subfolder, where TF-Hub modules keep it).
 # DeBERTa folders are recognised first, by their own files (see find_tokenizer_files):
 # spm.model (v2/v3), vocab.json + merges.txt (v1).
@@ -36,8 +36,9 @@ class TokenizerFiles:
 
 
 def find_tokenizer_files(path):
-    """Which tokenizer the folder (or the file) `path` holds; see load_tokenizer
-    for the rules, which are applied here in that order."""
+    """Which tokenizer the folder (or the file) `path` holds; see
+    FastTokenizer.load (support/fast_tokenizers.py) for the rules, which are
+    applied here in that order."""
     folder = path if path.is_dir() else path.parent
     config = read_tokenizer_config(folder)
     lower = config.get("do_lower_case")
