@@ -184,7 +184,7 @@ def choose_tokenizer(args, corpus, resume):
     Nothing is written to --output here: the tokenizer files go there with
     the model, once the run has finished."""
     from minibert.runs.pretraining import resume_tokenizer
-    from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
+    from minibert.tokenization import Tokenizer, wordpiece_tokenizer
     lower = not args.cased
     if resume:
         return resume_tokenizer(args.output, lower, vocab_file=args.vocab)
@@ -194,7 +194,7 @@ def choose_tokenizer(args, corpus, resume):
     started = time.time()
     files = f"{len(corpus):,} file" + ("s" if len(corpus) != 1 else "")
     print(f"training a {args.vocab_size:,}-piece WordPiece vocabulary on {files} ...", flush=True)
-    tokenizer = train_wordpiece(corpus, args.vocab_size, do_lower_case=lower, progress=False)
+    tokenizer = Tokenizer.train_wordpiece(corpus, args.vocab_size, do_lower_case=lower, progress=False)
     print(f"vocabulary: {tokenizer.vocab_size:,} pieces ({time.time() - started:.0f} s)")
     return tokenizer
 

@@ -33,14 +33,9 @@ import pytest
 import torch
 
 from minibert.support.errors import MiniBertError
-from minibert.tokenization import (
-    DEBERTA_SPECIAL_TOKENS,
-    deberta_v1_tokenizer,
-    deberta_v2_tokenizer,
-    load_tokenizer,
-    read_sentencepiece_model,
-    truncate_seq_pair,
-)
+from minibert.support.fast_tokenizers import DEBERTA_SPECIAL_TOKENS
+from minibert.support.sentencepiece_model import read_sentencepiece_model
+from minibert.tokenization import Tokenizer, load_tokenizer, truncate_seq_pair
 
 CORPUS = """
 DeBERTa improves BERT and RoBERTa with disentangled attention and an enhanced mask decoder.
@@ -300,7 +295,7 @@ def test_v2_folder_is_recognised_and_ids_follow_deberta(v3_folder, sp, tmp_path)
 
 @pytest.mark.parametrize("lower,split_by_punct", [(False, False), (True, False), (False, True), (True, True)])
 def test_v2_ids_equal_the_official_sentencepiece_recipe(v3_folder, sp, lower, split_by_punct):
-    ours = deberta_v2_tokenizer(v3_folder / "spm.model", do_lower_case=lower, split_by_punct=split_by_punct)
+    ours = Tokenizer.deberta_v2(v3_folder / "spm.model", do_lower_case=lower, split_by_punct=split_by_punct)
     for text in TEXTS + NFKC_TEXTS + random_texts(1, 300):
         expected = official_v2_ids(sp, text, lower, split_by_punct)
         if lower and "Σ" in text:  # Python lower-cases a word-final Σ to ς, `tokenizers` to σ
@@ -311,7 +306,7 @@ def test_v2_ids_equal_the_official_sentencepiece_recipe(v3_folder, sp, lower, sp
 
 def test_v2_ids_equal_transformers(transformers, v3_folder, sp):
     for lower in (False, True):
-        ours = deberta_v2_tokenizer(v3_folder / "spm.model", do_lower_case=lower)
+        ours = Tokenizer.deberta_v2(v3_folder / "spm.model", do_lower_case=lower)
         theirs = transformers_v2(transformers, v3_folder, sp, lower=lower)
         assert theirs.mask_token_id == ours.mask_id and theirs.cls_token_id == ours.cls_id
         for text in TEXTS + SPECIAL_TEXTS:
@@ -322,14 +317,14 @@ def test_v2_ids_equal_transformers(transformers, v3_folder, sp):
             assert mine.token_type_ids == reference.token_type_ids, (a, b)
     # A typed [MASK] is one token and the text around it is encoded on its own;
     # "[mask]" is ordinary text, even for an uncased tokenizer.
-    cased = deberta_v2_tokenizer(v3_folder / "spm.model")
+    cased = Tokenizer.deberta_v2(v3_folder / "spm.model")
     assert cased.tokenize("the [MASK] sat") == cased.tokenize("the") + ["[MASK]"] + cased.tokenize("sat")
     assert ours.encode("[mask]").ids == [1] + official_v2_ids(sp, "[mask]", lower=True) + [2]
 
 
 def test_v2_ids_equal_transformers4_fast_converter(transformers, v3_folder):
     for lower in (False, True):
-        ours = deberta_v2_tokenizer(v3_folder / "spm.model", do_lower_case=lower)
+        ours = Tokenizer.deberta_v2(v3_folder / "spm.model", do_lower_case=lower)
         fast = transformers4_fast_v2(transformers, v3_folder, lower=lower)
         for text in TEXTS + SPECIAL_TEXTS + NFKC_TEXTS[:3]:
             assert ours.encode(text).ids == fast.encode(text).ids, repr(text)
@@ -338,7 +333,7 @@ def test_v2_ids_equal_transformers4_fast_converter(transformers, v3_folder):
 
 
 def test_v2_documented_divergences(transformers, v3_folder, sp):
-    ours = deberta_v2_tokenizer(v3_folder / "spm.model")
+    ours = Tokenizer.deberta_v2(v3_folder / "spm.model")
     # 1. NFKC: SentencePiece (and so the checkpoints) apply the model's compiled
     #    table; transformers 5's DebertaV2Tokenizer does not ("①" stays "①",
     #    an unknown piece, where SentencePiece reads "1").
@@ -354,7 +349,7 @@ def test_v2_documented_divergences(transformers, v3_folder, sp):
     assert fast.encode("x \u200b", add_special_tokens=False).tokens == ["▁", "x", "▁"]
     # 3. split_by_punct: the official code encodes each part on its own, so a
     #    space before punctuation vanishes; transformers keeps a lone "▁".
-    ours = deberta_v2_tokenizer(v3_folder / "spm.model", split_by_punct=True)
+    ours = Tokenizer.deberta_v2(v3_folder / "spm.model", split_by_punct=True)
     theirs = transformers_v2(transformers, v3_folder, sp, split_by_punct=True)
     assert ours.encode("a , b").ids == [1] + official_v2_ids(sp, "a , b", split_by_punct=True) + [2]
     assert ours.tokenize("a , b") == ours.tokenize("a") + ours.tokenize(",") + ours.tokenize("b")
@@ -364,7 +359,7 @@ def test_v2_documented_divergences(transformers, v3_folder, sp):
     assert ours.encode("[MASK]").ids == [1, 300, 2] != [1] + official_v2_ids(sp, "[MASK]") + [2]
     # 5. Lower-casing: `tokenizers` lower-cases one character at a time, so a
     #    word-final "Σ" becomes "σ"; Python's str.lower() gives "ς".
-    uncased = deberta_v2_tokenizer(v3_folder / "spm.model", do_lower_case=True)
+    uncased = Tokenizer.deberta_v2(v3_folder / "spm.model", do_lower_case=True)
     assert uncased.backend.normalizer.normalize_str("ΣΟΦΟΣ") == "σοφοσ" != "ΣΟΦΟΣ".lower()
 
 
@@ -380,7 +375,7 @@ def test_v1_folder_is_recognised_and_ids_follow_deberta(v1_folder):
     assert ours.mask_id == vocab["[MASK]"] == len(vocab) - 1 and ours.vocab_size == len(vocab)
     assert load_tokenizer(v1_folder / "vocab.json").encode("the model").ids == ours.encode("the model").ids
     assert load_tokenizer(v1_folder / "merges.txt").vocab_size == len(vocab)
-    direct = deberta_v1_tokenizer(v1_folder / "vocab.json", v1_folder / "merges.txt")
+    direct = Tokenizer.deberta_v1(v1_folder / "vocab.json", v1_folder / "merges.txt")
     assert direct.encode("the model", "two").ids == ours.encode("the model", "two").ids
     # No space is added in front: "the" and " the" differ, as in GPT-2 and RoBERTa.
     assert ours.tokenize("the") == ["the"] and ours.tokenize(" the") == ["Ġthe"]

@@ -105,7 +105,8 @@ def test_support_modules_import_no_lesson():
 def test_tokenization_and_checkpoints_share_hub_and_protobuf_from_below():
     graph = import_graph()
     assert "minibert.checkpoints" not in graph["minibert.tokenization"]
-    assert {"minibert.support.hub", "minibert.support.sentencepiece_model"} <= graph["minibert.tokenization"]
+    assert "minibert.support.fast_tokenizers" in graph["minibert.tokenization"]
+    assert {"minibert.support.hub", "minibert.support.sentencepiece_model"} <= graph["minibert.support.fast_tokenizers"]
     assert "minibert.support.protobuf" in graph["minibert.support.sentencepiece_model"]
     assert not any(name.startswith("minibert.") and not name.startswith("minibert.support.")
                    for name in graph["minibert.support.sentencepiece_model"] | graph["minibert.support.tokenizer_files"])

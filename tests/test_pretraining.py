@@ -22,7 +22,7 @@ from minibert.pretraining import MaskedLMObjective, masked_lm_loss
 from minibert.runs.pretraining import pretrain
 from minibert.support.fingerprints import tokenizer_fingerprint
 from minibert.support.token_cache import build_token_cache, check_token_cache
-from minibert.tokenization import train_wordpiece, wordpiece_tokenizer
+from minibert.tokenization import Tokenizer, wordpiece_tokenizer
 from minibert.training import load_checkpoint
 from helpers import run_script_in_process
 from tiny_models import save_tiny_model, write_vocab
@@ -55,7 +55,7 @@ def write_corpus(folder, documents=12):
 def corpus_and_tokenizer(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")
     files = write_corpus(folder)
-    return files, train_wordpiece(files, vocab_size=200, do_lower_case=True)
+    return files, Tokenizer.train_wordpiece(files, vocab_size=200, do_lower_case=True)
 
 
 def tiny_config(vocab_size, dropout=0.0):
@@ -210,9 +210,9 @@ def test_train_wordpiece_gives_the_same_vocabulary_every_time(tmp_path):
     """tokenizers' trainer alone numbered the "##x" pieces in hash-map order,
     new in every call, and broke ties between pairs by those numbers."""
     files = write_corpus(tmp_path)
-    first = vocabulary_of(train_wordpiece(files, vocab_size=150))
+    first = vocabulary_of(Tokenizer.train_wordpiece(files, vocab_size=150))
     for _ in range(3):
-        assert vocabulary_of(train_wordpiece(files, vocab_size=150)) == first
+        assert vocabulary_of(Tokenizer.train_wordpiece(files, vocab_size=150)) == first
 
 
 def test_a_corpus_that_is_not_utf8_is_a_one_line_error(tmp_path, capsys):

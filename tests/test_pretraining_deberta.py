@@ -76,8 +76,8 @@ def test_train_mlm_arch_deberta_builds_v3_switches_and_lowers_the_loss(corpus, t
 
 
 def test_resumed_deberta_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus, tmp_path, monkeypatch):
-    from minibert.tokenization import train_wordpiece
-    tokenizer = train_wordpiece(corpus, vocab_size=200, do_lower_case=True)
+    from minibert.tokenization import Tokenizer
+    tokenizer = Tokenizer.train_wordpiece(corpus, vocab_size=200, do_lower_case=True)
     config = tiny_deberta_config(tokenizer.vocab_size)        # dropout 0.1: its generator is resumed too
     settings = dict(batch_size=8, grad_accum_steps=2, steps=8, learning_rate=3e-3, warmup_steps=2, eval_every=0,
                     checkpoint_every=0, max_seq_len=32, seed=3, progress=False, device="cpu", keep_checkpoint=True)
@@ -143,8 +143,8 @@ def test_arch_deberta_refuses_bert_only_flags_in_one_line(corpus, tmp_path, caps
 def test_pair_objective_auto_means_mlm_only_for_a_deberta_config_file(corpus, tmp_path, capsys, monkeypatch):
     """A DeBERTa config.json as --config (without --arch) pretrains a DeBERTa, MLM only."""
     config_file = tmp_path / "config.json"
-    from minibert.tokenization import train_wordpiece
-    vocab_size = train_wordpiece(corpus, vocab_size=200).vocab_size
+    from minibert.tokenization import Tokenizer
+    vocab_size = Tokenizer.train_wordpiece(corpus, vocab_size=200).vocab_size
     config_file.write_text(json.dumps(tiny_deberta_config(vocab_size).to_dict()))
     monkeypatch.setattr("minibert.runs.pretraining.save_model_folder", lambda *args: None)
     flags = [f for f in TINY_FLAGS if f not in ("--arch", "deberta")]

@@ -1,7 +1,8 @@
 """minibert.support.tokenizer_files and minibert.support.sentencepiece_model:
 finding a folder's tokenizer files, deciding the casing, reading the
 SentencePiece protobuf. (What the tokenizers built from them do is in
-tests/test_tokenization.py and tests/test_deberta_tokenizers.py.)"""
+tests/test_tokenization.py, tests/test_fast_tokenizers.py and
+tests/test_deberta_tokenizers.py.)"""
 
 import json
 
@@ -23,7 +24,8 @@ def write(path, text):
 def test_wordpiece_folder_casing_from_config_then_name_then_vocab(tmp_path):
     vocab = "".join(token + "\n" for token in SPECIALS + ["Hello", "world"])
     found = find_tokenizer_files(write(tmp_path / "plain" / "vocab.txt", vocab).parent)
-    assert (found.kind, found.file.name, found.do_lower_case) == ("wordpiece", "vocab.txt", False)  # "Hello"
+    assert (found.kind, found.model_type, found.file.name, found.do_lower_case) == (
+        "wordpiece", "bert", "vocab.txt", False)  # "Hello"
     assert found.vocab["Hello"] == 5
     assert find_tokenizer_files(write(tmp_path / "uncased_L-2" / "vocab.txt", vocab).parent).do_lower_case is True
     write(tmp_path / "plain" / "tokenizer_config.json", json.dumps({"do_lower_case": True}))
@@ -33,17 +35,20 @@ def test_wordpiece_folder_casing_from_config_then_name_then_vocab(tmp_path):
 def test_tf_hub_assets_and_sentencepiece_are_found(tmp_path):
     write(tmp_path / "hub" / "assets" / "30k-clean.model", "")
     found = find_tokenizer_files(tmp_path / "hub")
-    assert (found.kind, found.file.name, found.do_lower_case) == ("sentencepiece", "30k-clean.model", True)
+    assert (found.kind, found.model_type, found.file.name, found.do_lower_case) == (
+        "sentencepiece", "albert", "30k-clean.model", True)
 
 
 def test_deberta_folders_are_recognised_by_their_files(tmp_path):
     write(tmp_path / "v3" / "spm.model", "")
     write(tmp_path / "v3" / "config.json", json.dumps({"model_type": "deberta-v2"}))
-    assert find_tokenizer_files(tmp_path / "v3").kind == "deberta-v2"
+    found = find_tokenizer_files(tmp_path / "v3")
+    assert (found.kind, found.model_type) == ("sentencepiece", "deberta-v2")  # as Tokenizer.kind and .model_type
     write(tmp_path / "v1" / "vocab.json", "{}")
     write(tmp_path / "v1" / "merges.txt", "")
     found = find_tokenizer_files(tmp_path / "v1")
-    assert (found.kind, found.merges_file.name, found.do_lower_case) == ("deberta-v1", "merges.txt", False)
+    assert (found.kind, found.model_type, found.merges_file.name, found.do_lower_case) == (
+        "byte-level-bpe", "deberta", "merges.txt", False)
     write(tmp_path / "half" / "vocab.json", "{}")
     with pytest.raises(MiniBertError, match="half: has vocab.json but no merges.txt"):
         find_tokenizer_files(tmp_path / "half")

@@ -43,7 +43,8 @@ from minibert.deberta import MODEL_TYPES as DEBERTA_MODEL_TYPES, DebertaConfig, 
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, read_json_object, write_json
 from minibert.model import ALBERT_DEFAULTS, BertConfig, BertModel, MaskedLMHead
-from minibert.tokenization import TOKENIZER_FILES, load_tokenizer
+from minibert.support.tokenizer_files import TOKENIZER_FILES
+from minibert.tokenization import load_tokenizer
 
 GOOGLE_CONFIG_FILES = ("bert_config.json", "albert_config.json")
 # A DeBERTa folder's tokenizer: spm.model (v2/v3) or vocab.json + merges.txt

@@ -35,7 +35,7 @@ from minibert.support.folders import recover_folder, write_folder
 from minibert.support.inputs import not_a_file
 from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, file_identity, resume_from_checkpoint
 from minibert.support.token_cache import TokenCache, build_token_cache, check_token_cache, is_token_cache
-from minibert.tokenization import _wordpiece_from_vocab, wordpiece_tokenizer
+from minibert.tokenization import Tokenizer, wordpiece_tokenizer
 from minibert.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
 
 # [CLS] A [SEP] B [SEP]: sequences are packed with max_seq_len - 3 tokens of text (pack_blocks).
@@ -128,8 +128,8 @@ def resume_tokenizer(output, do_lower_case, vocab_file=None):
     if stored["do_lower_case"] != do_lower_case:
         flag = "without --cased" if stored["do_lower_case"] else "with --cased"
         raise MiniBertError(f"--resume: {path} was made {flag}; resume it {flag}")
-    tokenizer = _wordpiece_from_vocab({token: i for i, token in enumerate(stored["tokens"])}, do_lower_case,
-                                      source=f"the vocabulary stored in {path}")
+    tokenizer = Tokenizer.from_vocab({token: i for i, token in enumerate(stored["tokens"])}, do_lower_case,
+                                     source=f"the vocabulary stored in {path}")
     if vocab_file is not None:
         given = wordpiece_tokenizer(vocab_file, do_lower_case)
         if tokenizer_fingerprint(given) != tokenizer_fingerprint(tokenizer):

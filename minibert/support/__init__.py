@@ -21,6 +21,7 @@ For one lesson each:
 
     config_checks.py           model.py, deberta.py: the type and range of every config field
     layer_orders.py            duplication.py: layer indices, the depth limit, a pretrained source
+    fast_tokenizers.py         tokenization.py: the `tokenizers` pipelines (WordPiece, unigram, BPE) and loading
     tokenizer_files.py         tokenization.py: finding, reading and writing a folder's tokenizer files
     sentencepiece_model.py     tokenization.py: the pieces and settings of a SentencePiece `.model` file
     token_cache.py             pretraining_data.py: the corpus read, split into sentences and tokenized once

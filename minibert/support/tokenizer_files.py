@@ -2,8 +2,8 @@
 (vocab.txt, tokenizer.json, spiece.model, spm.model, vocab.json + merges.txt,
 here or in a TF-Hub module's assets/), reading and checking them, deciding the
 casing from what the folder says, and writing them back in Hugging Face
-layout. tokenization.py builds the tokenizer from what `find_tokenizer_files`
-returns; nothing here cuts text into tokens.
+layout. support/fast_tokenizers.py builds the tokenizer from what
+`find_tokenizer_files` returns; nothing here cuts text into tokens.
 """
 
 import json
@@ -14,7 +14,7 @@ from typing import Optional
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, read_json_object
 
-# Names the tokenizer file may have, in the order load_tokenizer looks for them
+# Names the tokenizer file may have, in the order find_tokenizer_file looks for them
 # (inside the folder and inside its `assets/` subfolder, where TF-Hub modules keep it).
 # DeBERTa folders are recognised first, by their own files (see find_tokenizer_files):
 # spm.model (v2/v3), vocab.json + merges.txt (v1).
@@ -25,7 +25,8 @@ TOKENIZER_FILES = ["vocab.txt", "spiece.model", "30k-clean.model", "tokenizer.js
 class TokenizerFiles:
     """What a folder (or a file) holds: which tokenizer, from which files, with which casing."""
 
-    kind: str                      # "wordpiece", "sentencepiece" (ALBERT), "deberta-v2" (v2/v3) or "deberta-v1"
+    kind: str                      # as Tokenizer.kind: "wordpiece", "sentencepiece" or "byte-level-bpe"
+    model_type: str                # as Tokenizer.model_type: "bert", "albert", "deberta-v2" (v2/v3) or "deberta" (v1)
     file: pathlib.Path             # vocab.txt or tokenizer.json; the .model file; vocab.json (v1)
     do_lower_case: bool
     folder: pathlib.Path           # where tokenizer_config.json and added_tokens.json would be
@@ -35,8 +36,9 @@ class TokenizerFiles:
 
 
 def find_tokenizer_files(path):
-    """Which tokenizer the folder (or the file) `path` holds; see load_tokenizer
-    for the rules, which are applied here in that order."""
+    """Which tokenizer the folder (or the file) `path` holds; see
+    FastTokenizer.load (support/fast_tokenizers.py) for the rules, which are
+    applied here in that order."""
     folder = path if path.is_dir() else path.parent
     config = read_tokenizer_config(folder)
     lower = config.get("do_lower_case")
@@ -44,7 +46,7 @@ def find_tokenizer_files(path):
     # DeBERTa-v2 (see says_deberta_v2); without that, a .model file is ALBERT's.
     spm_file = folder / "spm.model" if path.is_dir() else path
     if spm_file.suffix == ".model" and spm_file.is_file() and says_deberta_v2(folder, config):
-        return TokenizerFiles("deberta-v2", spm_file, config.get("do_lower_case", False), folder,
+        return TokenizerFiles("sentencepiece", "deberta-v2", spm_file, config.get("do_lower_case", False), folder,
                               split_by_punct=config.get("split_by_punct", False))
     # DeBERTa v1: vocab.json + merges.txt (GPT-2 byte-level BPE); never lower-cased.
     if path.is_dir() or path.name in ("vocab.json", "merges.txt"):
@@ -54,10 +56,11 @@ def find_tokenizer_files(path):
             raise MiniBertError(f"{folder}: has {present[0]} but no {missing} (a byte-level BPE "
                                 f"tokenizer, DeBERTa v1, needs both)")
         if present:
-            return TokenizerFiles("deberta-v1", folder / "vocab.json", False, folder, merges_file=folder / "merges.txt")
+            return TokenizerFiles("byte-level-bpe", "deberta", folder / "vocab.json", False, folder,
+                                  merges_file=folder / "merges.txt")
     file = find_tokenizer_file(path) if path.is_dir() else path
     if file.suffix == ".model":  # ALBERT: every released model is uncased
-        return TokenizerFiles("sentencepiece", file, True if lower is None else lower, folder)
+        return TokenizerFiles("sentencepiece", "albert", file, True if lower is None else lower, folder)
     vocab = vocab_from_tokenizer_json(file) if file.suffix == ".json" else read_vocab(file)
     if lower is None and (folder / "tokenizer.json").is_file():
         lower = tokenizer_json_lowercase(read_json_object(folder / "tokenizer.json"), folder / "tokenizer.json")
@@ -65,7 +68,7 @@ def find_tokenizer_files(path):
         lower = casing_from_folder_name(folder.name)
     if lower is None:
         lower = casing_from_vocab(vocab)
-    return TokenizerFiles("wordpiece", file, lower, folder, vocab=vocab)
+    return TokenizerFiles("wordpiece", "bert", file, lower, folder, vocab=vocab)
 
 
 def read_tokenizer_config(folder):
