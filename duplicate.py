@@ -83,9 +83,10 @@ add_bf16(parser, "--probe's runs of both models (the written model is float32 ei
 @script_main
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert import duplication
     from minibert.checkpoints import load_pretrained
-    from minibert.support.layer_orders import check_depth, check_pretrained_source
+    from minibert.duplication import source_layer_order
+    from minibert.runs.duplication import deeper_model, write_model
+    from minibert.support.layer_orders import check_depth, check_pretrained_source, parse_indices
 
     if (args.json or args.plot) and not args.probe:
         parser.error(f"{'--json' if args.json else '--plot'} writes the probe's results: add --probe")
@@ -93,42 +94,37 @@ def main(argv=None):
         parser.error("--bf16 runs the probe under bfloat16 autocast: add --probe")
     if args.tied and args.repeat is not None:
         parser.error("--tied: ALBERT's layers are always shared; --repeat needs no --tied")
-    from minibert.support.outputs import check_not_in_model_folder, check_output_files
+    from minibert.support.outputs import check_not_in_model_folder, check_output_files, check_output_folder
     check_output_files(args, {"--model": args.model, "--text": args.text}, owned={"--output": args.output})
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()                        # before any slow work, not after it
     from minibert.support.folders import lock_output
     lock_output(args.output)                        # one run per folder: a second one stops here
-    duplication.check_output_dir(args.output, args.force, source=args.model)   # before any slow loading
+    check_output_folder(args.output, args.force, source=args.model)       # before any slow loading
     check_not_in_model_folder("--output", args.output)     # a model is never written inside another one
-    indices = {flag: duplication.parse_indices(text, flag)                     # before loading too
+    indices = {flag: parse_indices(text, flag)                             # before loading too
                for flag, text in (("--duplicate", args.duplicate), ("--order", args.order)) if text is not None}
     if "--order" in indices:
         check_depth(len(indices["--order"]), "--order")
     if args.probe:                      # the probe's inputs, read before the deeper model is written
-        from minibert import probing
-        sentences = probing.read_sentences(args.text, args.max_sentences)
+        from minibert.runs import probing as probe_run
+        sentences = probe_run.read_sentences(args.text, args.max_sentences)
     model = load_pretrained(args.model)
     check_pretrained_source(model.source_dir)
-    config = model.config
-    L = config.num_hidden_layers
+    L = model.config.num_hidden_layers
     record = {"source": str(model.source_dir), "source_layers": L}
-    if args.repeat is not None:
-        deeper = duplication.repeat_albert(model, args.repeat)
+    deeper, layer_order = deeper_model(model, indices.get("--duplicate"), indices.get("--order"), args.repeat,
+                                       args.tied)
+    if layer_order is None:
         record.update(method="repeat", repeat=args.repeat)
-        labels = None                                   # the config says it all: group g, pass p
+        labels = None                                   # the config says it all: group g, run k
     else:
-        if args.duplicate is not None:
-            order = duplication.duplicate_order(L, indices["--duplicate"])
-        else:
-            order = indices["--order"]
-        deeper = duplication.deepen_bert(model, order, tied=args.tied)
-        labels = duplication.source_order(model, order)
-        record.update(method="duplicate" if args.duplicate is not None else "order", order=order,
+        labels = source_layer_order(model, layer_order)
+        record.update(method="duplicate" if args.duplicate is not None else "order", order=layer_order,
                       layers_run=labels, tied=args.tied)
 
-    duplication.write_model(deeper, args.output, source_dir=model.source_dir, record=record, force=args.force)
+    write_model(deeper, args.output, source_dir=model.source_dir, record=record, force=args.force)
     depth = deeper.config.num_hidden_layers
     print(f"wrote {args.output}: {depth} layers (from {L})"
           + (f", order {','.join(map(str, record['order']))}" if "order" in record else "")
@@ -137,24 +133,24 @@ def main(argv=None):
     if args.probe:
         from minibert.tokenization import load_tokenizer
         tokenizer = load_tokenizer(model.source_dir)
-        before = probing.probe_model(model, tokenizer, sentences, batch_size=args.batch_size,
-                                     model_name=args.model or "the bundled model", bf16=args.bf16)
-        descriptions = None if labels is None else probing.depth_descriptions(deeper.config, order=labels)
-        after = probing.probe_model(deeper, tokenizer, sentences, batch_size=args.batch_size,
-                                    descriptions=descriptions, model_name=str(args.output), bf16=args.bf16)
+        before = probe_run.probe(model, tokenizer, sentences, batch_size=args.batch_size,
+                                 model_name=args.model or "the bundled model", bf16=args.bf16)
+        descriptions = None if labels is None else deeper.config.depth_labels(labels)
+        after = probe_run.probe(deeper, tokenizer, sentences, batch_size=args.batch_size,
+                                descriptions=descriptions, model_name=str(args.output), bf16=args.bf16)
         print()
         print(f"MLM head on every layer, {before.sentences} sentences, {before.tokens} real tokens "
               f"(top-1 / top-5 accuracy of reconstructing the input token, cross-entropy in nats"
               f"{'; bfloat16 autocast' if args.bf16 else ''})")
-        print(probing.format_side_by_side(before, after, "original", f"deeper ({depth} layers)"))
+        print(probe_run.format_side_by_side(before, after, "original", f"deeper ({depth} layers)"))
         results = {"original": before, "deeper": after}
         if args.json:
             make_parent_folder(args.json)
-            probing.save_json(results, args.json)
+            probe_run.save_json(results, args.json)
             print(f"\nwrote {args.json}")
         if args.plot:
             make_parent_folder(args.plot)
-            probing.save_plot({"original": before, f"deeper ({depth} layers)": after}, args.plot)
+            probe_run.save_plot({"original": before, f"deeper ({depth} layers)": after}, args.plot)
             print(f"wrote {args.plot}")
     return 0
 

@@ -70,48 +70,49 @@ def main(argv=None):
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()              # before the model is loaded and probed, not after
-    from minibert import duplication, probing
     from minibert.checkpoints import load_pretrained
+    from minibert.runs import probing as probe_run
+    from minibert.runs.duplication import recorded_layer_order
     from minibert.tokenization import load_tokenizer
 
     device = args.device                  # a torch.device, checked when the command line was read
-    sentences = probing.read_sentences(args.text, args.max_sentences)
+    sentences = probe_run.read_sentences(args.text, args.max_sentences)
     model = load_pretrained(args.model)
     tokenizer = load_tokenizer(model.source_dir)
     name = args.model or "the bundled model"
 
     head, head_name = None, "pretrained"
     if args.fit_head is not None:
-        fit_sentences = probing.read_sentences(args.fit_head)
-        head, loss = probing.fit_mlm_head(model, tokenizer, fit_sentences, steps=args.fit_steps, lr=args.fit_lr,
-                                          batch_size=args.fit_batch_size, seed=args.seed, device=device,
-                                          bf16=args.bf16)
+        fit_sentences = probe_run.read_sentences(args.fit_head)
+        head, loss = probe_run.fit_head(model, tokenizer, fit_sentences, steps=args.fit_steps, lr=args.fit_lr,
+                                        batch_size=args.fit_batch_size, seed=args.seed, device=device,
+                                        bf16=args.bf16)
         head_name = (f"fitted on {args.fit_head} (last layer only, unmasked reconstruction, {args.fit_steps} steps, "
                      f"final loss {loss:.3f})")
 
     # A model written by duplicate.py says which source layer each depth copies.
-    layers_run = duplication.recorded_layers_run(model.source_dir, model.config)
-    descriptions = None if layers_run is None else probing.depth_descriptions(model.config, order=layers_run)
-    result = probing.probe_model(model, tokenizer, sentences, mlm_head=head, batch_size=args.batch_size,
-                                 mask_prob=args.mask_prob, seed=args.seed, show=args.show, head_name=head_name,
-                                 descriptions=descriptions, model_name=name, device=device, progress=True,
-                                 bf16=args.bf16)
-    print(probing.format_header(result))
+    layer_order = recorded_layer_order(model.source_dir, model.config)
+    descriptions = None if layer_order is None else model.config.depth_labels(layer_order)
+    result = probe_run.probe(model, tokenizer, sentences, mlm_head=head, batch_size=args.batch_size,
+                             mask_prob=args.mask_prob, seed=args.seed, show=args.show, head_name=head_name,
+                             descriptions=descriptions, model_name=name, device=device, progress=True,
+                             bf16=args.bf16)
+    print(probe_run.format_header(result))
     print()
-    print(probing.format_table(result))
+    print(probe_run.format_table(result))
     print()
-    print(probing.format_bars(result))
+    print(probe_run.format_chart(result))
     if result.examples:
         print()
-        print(probing.format_examples(result))
+        print(probe_run.format_examples(result))
     if args.json:
         make_parent_folder(args.json)
-        probing.save_json(result, args.json)
+        probe_run.save_json(result, args.json)
         print(f"\nwrote {args.json}")
     if args.plot:
         from minibert.support.plots import model_label
         make_parent_folder(args.plot)
-        probing.save_plot({model_label(args.model): result}, args.plot)
+        probe_run.save_plot({model_label(args.model): result}, args.plot)
         print(f"wrote {args.plot}")
     return 0
 

@@ -288,15 +288,16 @@ def check_or_record_settings(work, settings):
 
 
 def pattern_variant(pattern_text, duplicate_text, num_layers):
-    """(variant name, order) of one --patterns entry: "dup-2-3-4" for 2,3,4;
+    """(variant name, layer order) of one --patterns entry: "dup-2-3-4" for 2,3,4;
     the --duplicate pattern itself is the "duplicated" variant (not run twice)."""
-    from minibert import duplication
+    from minibert.runs.duplication import check_indices, duplicate_order
+    from minibert.support.layer_orders import parse_indices
 
-    indices = duplication.parse_indices(pattern_text, "--patterns")
-    duplication.check_indices(indices, num_layers, "--patterns")
-    order = duplication.duplicate_order(num_layers, indices)
-    same = duplication.duplicate_order(num_layers, duplication.parse_indices(duplicate_text, "--duplicate"))
-    return ("duplicated" if order == same else "dup-" + "-".join(map(str, indices))), order
+    indices = parse_indices(pattern_text, "--patterns")
+    check_indices(indices, num_layers, "--patterns")
+    layer_order = duplicate_order(num_layers, indices)
+    same = duplicate_order(num_layers, parse_indices(duplicate_text, "--duplicate"))
+    return ("duplicated" if layer_order == same else "dup-" + "-".join(map(str, indices))), layer_order
 
 
 def build_variants(model_name, duplicate_text, work, patterns=()):
@@ -304,10 +305,12 @@ def build_variants(model_name, duplicate_text, work, patterns=()):
     models written into WORK/models/ as duplicate.py writes them (reused when
     their duplication.json is there). `patterns` (--patterns) add one untied
     variant each, named by pattern_variant."""
-    from minibert import duplication
     from minibert.checkpoints import load_pretrained
+    from minibert.duplication import source_layer_order
+    from minibert.runs.duplication import duplicate_order, write_model
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import read_json_object
+    from minibert.support.layer_orders import parse_indices
 
     model = load_pretrained(model_name)
     config = model.config
@@ -320,41 +323,41 @@ def build_variants(model_name, duplicate_text, work, patterns=()):
                             f"ablation (the shared groups run more times) matches the duplicated order only "
                             f"with one group")
     L = config.num_hidden_layers
-    order = duplication.duplicate_order(L, duplication.parse_indices(duplicate_text, "--duplicate"))
+    layer_order = duplicate_order(L, parse_indices(duplicate_text, "--duplicate"))
     variants = {"base": (model_name, L, len(set(config.depth_plan())))}
-    builds = [("duplicated", order, False), ("tied", order, True)]
+    builds = [("duplicated", layer_order, False), ("tied", layer_order, True)]
     for pattern in patterns:
         name, pattern_order = pattern_variant(pattern, duplicate_text, L)
         if name not in [b[0] for b in builds]:
             builds.append((name, pattern_order, False))
-    for name, order, tied in builds:
-        labels = duplication.source_order(model, order)
+    for name, layer_order, tied in builds:
+        labels = source_layer_order(model, layer_order)
         folder = work / "models" / name
         method = "repeat" if tied and config.model_type == "albert" else "duplicate"
-        record = {"source": str(model.source_dir), "source_layers": L, "method": method, "order": order,
+        record = {"source": str(model.source_dir), "source_layers": L, "method": method, "order": layer_order,
                   "layers_run": labels, "tied": tied}
         existing = folder / "duplication.json"          # written last by write_model
         if not (existing.is_file() and read_json_object(existing) == record):
-            deeper = deepen(model, order, tied)
-            duplication.write_model(deeper, folder, source_dir=model.source_dir, record=record, force=True)
-            print(f"wrote {folder}: {len(order)} layers from {L}, order {','.join(map(str, order))}"
+            deeper = deepen_variant(model, layer_order, tied)
+            write_model(deeper, folder, source_dir=model.source_dir, record=record, force=True)
+            print(f"wrote {folder}: {len(layer_order)} layers from {L}, order {','.join(map(str, layer_order))}"
                   + (", tied" if tied else ", untied"))
         # distinct layers = separate sets of weights: every depth when untied, the source layers when tied
-        variants[name] = (folder, len(order), len(set(labels)) if tied else len(order))
+        variants[name] = (folder, len(layer_order), len(set(labels)) if tied else len(layer_order))
     return variants
 
 
-def deepen(model, order, tied):
-    """The model running source depths `order`. ALBERT (one shared group):
-    untied copies the group to every depth; tied is ALBERT's own form, the
-    group run len(order) times (duplicate.py --repeat), since transformers'
-    ALBERT cannot store a layer_order."""
+def deepen_variant(model, layer_order, tied):
+    """The model running source depths `layer_order`. ALBERT (one shared
+    group): untied copies the group to every depth; tied is ALBERT's own
+    form, the group run len(layer_order) times (duplicate.py --repeat), since
+    transformers' ALBERT cannot store a layer_order."""
     from minibert import duplication
 
     L = model.config.num_hidden_layers
     if tied and model.config.model_type == "albert":
-        return duplication.repeat_albert(model, len(order) - L)
-    return duplication.deepen_bert(model, order, tied=tied)
+        return duplication.repeat_albert(model, len(layer_order) - L)
+    return duplication.deepen(model, layer_order, tied=tied)
 
 
 def read_data(args, task, work):

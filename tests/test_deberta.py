@@ -18,7 +18,7 @@ from minibert.deberta import (DebertaConfig, DebertaModel, DebertaPooler, Disent
                               masked_softmax, pairwise_mask, relative_index, relative_scores_gathered,
                               relative_scores_written_out)
 from minibert.support.errors import MiniBertError
-from minibert.probing import depth_descriptions, hidden_states as probe_hidden_states
+from minibert.probing import hidden_states as probe_hidden_states
 from tiny_models import random_batch
 
 TOLERANCE = 1e-5
@@ -535,7 +535,7 @@ def test_probing_reads_every_layer_without_running_emd():
     input_ids, attention_mask, token_type_ids = batch(11)
     states = probe_hidden_states(model, dict(input_ids=input_ids, attention_mask=attention_mask,
                                              token_type_ids=token_type_ids))
-    assert len(states) == len(depth_descriptions(config)) == 4
+    assert len(states) == len(config.depth_labels()) == 4
     last_only = model(input_ids, attention_mask=attention_mask, all_hidden_states=False)
     assert last_only.hidden_states is None
     assert_close(last_only.last_hidden_state.detach(), states[-1], "last hidden state")

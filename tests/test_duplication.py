@@ -3,13 +3,13 @@
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from minibert import duplication
 from minibert.checkpoints import load_pretrained
+from minibert.runs.duplication import recorded_layer_order, write_model
 from minibert.support.errors import MiniBertError
 from helpers import error_line, run_script, run_script_in_process
 from tiny_models import save_tiny_model
@@ -70,7 +70,6 @@ def test_duplicate_order_is_the_papers_scheme():
     assert duplication.duplicate_order(12, [0, 1, 2]) == [0, 0, 1, 1, 2, 2] + list(range(3, 12))
     assert duplication.duplicate_order(4, [3, 1]) == [0, 1, 1, 2, 3, 3]
     assert duplication.duplicate_order(3, [1, 1]) == [0, 1, 1, 1, 2]        # listed twice: two copies
-    assert duplication.parse_indices(" 0, 2 ,5", "--order") == [0, 2, 5]
 
 
 # ----------------------------------------------------------------------------
@@ -80,7 +79,7 @@ def test_duplicate_order_is_the_papers_scheme():
 
 def test_untied_duplication_puts_a_deep_copy_of_the_right_layer_at_each_depth(bert):
     order = [0, 0, 1, 2, 2, 3]
-    deeper = duplication.deepen_bert(bert, order)
+    deeper = duplication.deepen(bert, order)
     assert deeper.config.num_hidden_layers == 6 and deeper.config.layer_order is None
     assert len(deeper.encoder.layers) == 6
     for depth, source in enumerate(order):
@@ -94,7 +93,7 @@ def test_untied_duplication_puts_a_deep_copy_of_the_right_layer_at_each_depth(be
 
 
 def test_the_copy_applies_the_original_layer_again(bert):
-    deeper = duplication.deepen_bert(bert, [0, 0, 1, 2, 2, 3])
+    deeper = duplication.deepen(bert, [0, 0, 1, 2, 2, 3])
     inputs = batch(bert.config.vocab_size)
     original, states = run_model(bert, inputs).hidden_states, run_model(deeper, inputs).hidden_states
     real = inputs["attention_mask"].bool()
@@ -109,8 +108,8 @@ def test_the_copy_applies_the_original_layer_again(bert):
 
 
 def test_untied_folder_loads_in_transformers_with_equal_outputs(bert, tmp_path, transformers):
-    deeper = duplication.deepen_bert(bert, [0, 0, 1, 1, 2, 3])
-    duplication.write_model(deeper, tmp_path / "out", source_dir=bert.source_dir)
+    deeper = duplication.deepen(bert, [0, 0, 1, 1, 2, 3])
+    write_model(deeper, tmp_path / "out", source_dir=bert.source_dir)
     assert {"config.json", "model.safetensors", "vocab.txt"} <= {p.name for p in (tmp_path / "out").iterdir()}
     compare_with_transformers(tmp_path / "out", deeper, transformers.BertForPreTraining)
     reloaded = load_pretrained(tmp_path / "out")
@@ -149,7 +148,7 @@ def modules_run(model, inputs):
 
 
 def test_tied_duplication_shares_modules_and_round_trips(bert, tmp_path, transformers):
-    deeper = duplication.deepen_bert(bert, [0, 0, 1, 1, 2, 3], tied=True)
+    deeper = duplication.deepen(bert, [0, 0, 1, 1, 2, 3], tied=True)
     assert deeper.config.layer_order == [0, 0, 1, 1, 2, 3] and len(deeper.encoder.layers) == 4
     for distinct in range(4):
         assert_same_tensors(deeper.encoder.layers[distinct], bert.encoder.layers[distinct])
@@ -163,7 +162,7 @@ def test_tied_duplication_shares_modules_and_round_trips(bert, tmp_path, transfo
     real = inputs["attention_mask"].bool()
     assert_close(states[2][real], again[real], "tied copy of layer 0")
 
-    duplication.write_model(deeper, tmp_path / "tied", source_dir=bert.source_dir)
+    write_model(deeper, tmp_path / "tied", source_dir=bert.source_dir)
     config = json.loads((tmp_path / "tied" / "config.json").read_text())
     assert config["num_hidden_layers"] == 6 and config["layer_order"] == [0, 0, 1, 1, 2, 3]
     reloaded = load_pretrained(tmp_path / "tied")
@@ -177,14 +176,14 @@ def test_tied_duplication_shares_modules_and_round_trips(bert, tmp_path, transfo
 
 
 def test_tied_order_without_repeats_is_a_plain_bert(bert):
-    deeper = duplication.deepen_bert(bert, [2, 0, 3], tied=True)
+    deeper = duplication.deepen(bert, [2, 0, 3], tied=True)
     assert deeper.config.layer_order is None and deeper.config.num_hidden_layers == 3
     assert_same_tensors(deeper.encoder.layers[0], bert.encoder.layers[2])
 
 
 def test_duplicating_a_tied_model_uses_its_depths(bert):
-    tied = duplication.deepen_bert(bert, [0, 0, 1], tied=True)          # depths run layers 0, 0, 1
-    untied = duplication.deepen_bert(tied, [1, 2, 2])                    # depth 1 = layer 0, depth 2 = layer 1
+    tied = duplication.deepen(bert, [0, 0, 1], tied=True)          # depths run layers 0, 0, 1
+    untied = duplication.deepen(tied, [1, 2, 2])                    # depth 1 = layer 0, depth 2 = layer 1
     assert_same_tensors(untied.encoder.layers[0], bert.encoder.layers[0])
     assert_same_tensors(untied.encoder.layers[2], bert.encoder.layers[1])
 
@@ -203,7 +202,7 @@ def test_albert_repeat_adds_depth_and_transformers_agrees(tmp_path, groups, laye
     assert_same_tensors(deeper, albert)
     inputs = batch(albert.config.vocab_size)
     assert len(run_model(deeper, inputs).hidden_states) == layers + k + 1
-    duplication.write_model(deeper, tmp_path / "out", source_dir=albert.source_dir)
+    write_model(deeper, tmp_path / "out", source_dir=albert.source_dir)
     compare_with_transformers(tmp_path / "out", deeper, transformers.AlbertForPreTraining)
 
 
@@ -226,8 +225,8 @@ def test_albert_duplicate_unties_the_shared_group_and_transformers_agrees(tmp_pa
                     inner_group_num=inner)
     albert = load_pretrained(tmp_path / "albert")
     order = duplication.duplicate_order(layers, [0, 1])
-    deeper = duplication.deepen_bert(albert, order)
-    sources = duplication.source_order(albert, order)
+    deeper = duplication.deepen(albert, order)
+    sources = duplication.source_layer_order(albert, order)
     depth = layers + 2
     assert deeper.config.num_hidden_layers == depth and deeper.config.num_hidden_groups == depth
     assert len(deeper.encoder.layers) == depth * inner                    # a distinct group at every depth
@@ -241,7 +240,7 @@ def test_albert_duplicate_unties_the_shared_group_and_transformers_agrees(tmp_pa
     mine = run_model(deeper, inputs)
     for a, b in zip(mine.hidden_states, expected.hidden_states, strict=True):
         assert torch.equal(a, b)
-    duplication.write_model(deeper, tmp_path / "out", source_dir=albert.source_dir)
+    write_model(deeper, tmp_path / "out", source_dir=albert.source_dir)
     written = json.loads((tmp_path / "out" / "config.json").read_text())
     assert (written["num_hidden_layers"], written["num_hidden_groups"], written["inner_group_num"]) == \
         (depth, depth, inner)
@@ -301,9 +300,9 @@ def test_deberta_duplicate_writes_a_deeper_model_that_transformers_loads_with_eq
 
 def test_deberta_tied_and_repeat_are_refused_saying_why(tmp_path):
     deberta = tiny_deberta(tmp_path / "deberta", "v3")
-    with pytest.raises(MiniBertError, match="--tied: minibert's DeBERTa has no layer_order"):
-        duplication.deepen_bert(deberta, [0, 0, 1, 2], tied=True)
-    with pytest.raises(MiniBertError, match="--repeat: this is a DeBERTa model with distinct layers"):
+    with pytest.raises(MiniBertError, match="tied: minibert's DeBERTa has no layer_order"):
+        duplication.deepen(deberta, [0, 0, 1, 2], tied=True)
+    with pytest.raises(MiniBertError, match="model: repeat_albert runs an ALBERT's shared layers"):
         duplication.repeat_albert(deberta, 2)
 
 
@@ -317,23 +316,17 @@ def test_bad_input_raises(bert, tmp_path):
     albert2 = load_pretrained(tmp_path / "albert2")
     cases = [
         (lambda: duplication.duplicate_order(4, [4]), "index 4 is out of range.*0..3"),
-        (lambda: duplication.deepen_bert(bert, [0, -1]), "index -1 is out of range"),
-        (lambda: duplication.deepen_bert(bert, []), "empty"),
-        (lambda: duplication.parse_indices("", "--order"), "--order: empty"),
-        (lambda: duplication.parse_indices("1,x", "--duplicate"), "--duplicate '1,x'"),
-        (lambda: duplication.parse_indices("٢,١", "--order"), "--order '٢,١'.*digits 0-9"),
-        (lambda: duplication.parse_indices("1,２", "--order"), "digits 0-9"),          # fullwidth 2
-        (lambda: duplication.deepen_bert(albert2, [0, 0], tied=True), "--tied: ALBERT.*--repeat"),
-        (lambda: duplication.repeat_albert(bert, 2), "BERT.*--duplicate"),
-        (lambda: duplication.repeat_albert(albert2, 0), "--repeat 0"),
+        (lambda: duplication.deepen(bert, [0, -1]), "index -1 is out of range"),
+        (lambda: duplication.deepen(bert, []), "layer_order: empty"),
+        (lambda: duplication.deepen(albert2, [0, 0], tied=True), "tied: ALBERT.*repeat_albert"),
+        (lambda: duplication.repeat_albert(bert, 2), "distinct: deepen copies them"),
+        (lambda: duplication.repeat_albert(albert2, 0), "k 0: expected a positive integer"),
         (lambda: duplication.repeat_albert(albert2, 1), "multiples of 2"),
-        (lambda: duplication.check_output_dir(tmp_path), "not empty.*--force"),
     ]
     for call, message in cases:
-        with pytest.raises(MiniBertError, match=message):
+        with pytest.raises(MiniBertError, match=message) as raised:
             call()
-    duplication.check_output_dir(tmp_path, force=True)
-    duplication.check_output_dir(tmp_path / "new")
+        assert "--" not in str(raised.value), "a lesson's message names its parameters, not a script's flags"
 
 
 # ----------------------------------------------------------------------------
@@ -354,7 +347,7 @@ def test_cli_help_a_real_run_and_a_bad_index(tmp_path):
     assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 5
     assert json.loads((tmp_path / "out" / "duplication.json").read_text())["order"] == [0, 0, 1, 2, 2]
     written = load_pretrained(tmp_path / "out")
-    assert duplication.recorded_layers_run(tmp_path / "out", written.config) == [0, 0, 1, 2, 2]  # probe.py's labels
+    assert recorded_layer_order(tmp_path / "out", written.config) == [0, 0, 1, 2, 2]  # probe.py's labels
     bad = run_script("duplicate.py", "--model", tmp_path / "bert", "--duplicate", "0,7", "--output", tmp_path / "bad")
     assert bad.returncode == 1
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: --duplicate: layer index 7 is out of range")
@@ -421,8 +414,6 @@ def test_output_is_never_the_source_folder_nor_inside_or_around_it_even_with_for
         lines = captured.err.strip().splitlines()
         assert code == 1 and len(lines) == 1 and "the folder of the model being copied" in lines[0], captured.err
     assert {p.name: p.read_bytes() for p in source.iterdir()} == before
-    with pytest.raises(MiniBertError, match="is the folder of the model being copied"):   # --model FILE too
-        duplication.check_output_dir(source, force=True, source=source / "config.json")
     (tmp_path / "file").write_text("x")
     for args, expected in [(("--repeat", "0"), "--repeat: expected an integer in [1, 1000], got 0"),
                            (("--duplicate", "0", "--batch-size", "-1"), "--batch-size: expected an integer >= 1"),
@@ -440,9 +431,9 @@ def test_sizes_beyond_the_depth_limit_are_refused_before_any_copy(tmp_path, caps
     save_tiny_model(tmp_path / "albert", model_type="albert")       # 3 layers, one shared group
     albert = load_pretrained(tmp_path / "albert")
     duplication.repeat_albert(albert, 997)                          # 1,000 layers: the limit itself is allowed
-    with pytest.raises(MiniBertError, match="--repeat 998: would make a model of 1,001 layers; the limit is 1,000"):
+    with pytest.raises(MiniBertError, match="k 998: would make a model of 1,001 layers; the limit is 1,000"):
         duplication.repeat_albert(albert, 998)
-    with pytest.raises(MiniBertError, match="--duplicate: would make a model of 1,003 layers"):
+    with pytest.raises(MiniBertError, match="duplicate: would make a model of 1,003 layers"):
         duplication.duplicate_order(3, [0] * 1000)
     out = tmp_path / "out"
     for args, status, expected in [
@@ -514,7 +505,7 @@ def test_exercise_duplicate_untied_gives_every_depth_its_own_copy():
 
 def test_exercise_duplicate_untied_through_deepen_bert():
     model = _small_bert()
-    deeper = duplication.deepen_bert(model, [0, 1, 1, 2])
+    deeper = duplication.deepen(model, [0, 1, 1, 2])
     assert deeper.config.num_hidden_layers == 4 and deeper.config.layer_order is None
     for new_index, source_index in enumerate([0, 1, 1, 2]):
         new, source = deeper.encoder.layers[new_index].state_dict(), model.encoder.layers[source_index].state_dict()
@@ -531,28 +522,3 @@ def test_exercise_duplicate_tied_keeps_each_layer_once():
 def test_exercise_duplicate_tied_nothing_repeating_is_an_ordinary_bert():
     assert duplication.tied_layers([0, 1, 2]) == ([0, 1, 2], None)
     assert duplication.tied_layers([2, 0]) == ([2, 0], None)
-
-
-def test_write_model_replaces_an_old_model_whole_or_not_at_all(bert, tmp_path, monkeypatch):
-    import minibert.checkpoints
-    out = tmp_path / "out"
-    out.mkdir()
-    for name, text in (("config.json", "{}"), ("task.json", "{}"), ("model.safetensors", "old"), ("notes.txt", "mine")):
-        (out / name).write_text(text)                    # a fine-tuned folder, and a file of the user's
-    deeper = duplication.deepen_bert(bert, [0, 1, 1, 2, 3])
-
-    def full_disk(model, directory, **kwargs):
-        (Path(directory) / "model.safetensors").write_text("half")
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(minibert.checkpoints, "save_pretrained", full_disk)
-    with pytest.raises(MiniBertError, match="out: cannot write it \\(No space left on device.*; the previous folder is unchanged"):
-        duplication.write_model(deeper, out, source_dir=bert.source_dir, force=True)
-    assert {p.name: p.read_text() for p in out.iterdir()} == {
-        "config.json": "{}", "task.json": "{}", "model.safetensors": "old", "notes.txt": "mine"}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bert", "out"]
-    monkeypatch.undo()
-    duplication.write_model(deeper, out, source_dir=bert.source_dir, record={"duplicated": [1]}, force=True)
-    names = {p.name for p in out.iterdir()}
-    assert {"config.json", "duplication.json", "model.safetensors", "notes.txt", "vocab.txt"} <= names
-    assert "task.json" not in names                                                    # no stale record
-    assert load_pretrained(out).config.num_hidden_layers == 5

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.support.outputs import (check_output_file, check_training_output, enclosing_model_folder, file_identity,
-                                      model_files)
+from minibert.support.outputs import (check_output_file, check_output_folder, check_training_output,
+                                      enclosing_model_folder, file_identity, model_files)
 
 
 def make_folder(path, *names):
@@ -64,6 +64,38 @@ def test_outputs_apart_from_the_inputs_and_outside_model_folders(tmp_path):
     with pytest.raises(MiniBertError, match="lies inside the model folder"):
         check_output_file(model / "config.json", {}, flag="--json")
     assert check_output_file(tmp_path / "preds.jsonl", inputs) == tmp_path / "preds.jsonl"
+
+
+def test_a_model_folder_is_written_into_a_new_or_empty_folder_unless_forced(tmp_path):
+    make_folder(tmp_path / "full", "x")
+    with pytest.raises(MiniBertError, match="--output .*full: folder exists and is not empty; pass --force"):
+        check_output_folder(tmp_path / "full")
+    assert check_output_folder(tmp_path / "full", force=True) == tmp_path / "full"
+    assert check_output_folder(tmp_path / "new") == tmp_path / "new"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(MiniBertError, match="file: exists and is not a folder"):
+        check_output_folder(tmp_path / "file", force=True)
+
+
+def test_never_the_folder_of_the_model_copied_nor_inside_or_around_it_even_forced(tmp_path):
+    source = make_folder(tmp_path / "models" / "bert", "config.json", "model.safetensors")
+    for output, where in ((source, "is"), (source / "deeper", "is inside"), (tmp_path / "models", "holds")):
+        with pytest.raises(MiniBertError, match=f": {where} the folder of the model being copied"):
+            check_output_folder(output, force=True, source=source)
+    with pytest.raises(MiniBertError, match="is the folder of the model being copied"):   # --model FILE too
+        check_output_folder(source, force=True, source=source / "config.json")
+    assert check_output_folder(tmp_path / "apart", source="a-hub-name") == tmp_path / "apart"
+
+
+def test_a_resumable_run_keeps_its_checkpoint_for_resume_and_ignores_what_it_says(tmp_path):
+    ignore = lambda name: name == "cache" or name.endswith(".tmp")     # noqa: E731 (as train_mlm.py's would)
+    with_checkpoint = make_folder(tmp_path / "run", "checkpoint.pt", "cache")
+    assert check_output_folder(with_checkpoint, resume=True, ignore=ignore) == with_checkpoint
+    with pytest.raises(MiniBertError, match="holds the checkpoint of an earlier run; pass --resume"):
+        check_output_folder(with_checkpoint, resume=False, ignore=ignore)
+    assert check_output_folder(make_folder(tmp_path / "early", "cache", ".x.1.ab.tmp"), resume=False, ignore=ignore)
+    with pytest.raises(MiniBertError, match=r"folder is not empty \(a, b, c, ...\) and holds no checkpoint"):
+        check_output_folder(make_folder(tmp_path / "other", "a", "b", "c", "d", "cache"), resume=False, ignore=ignore)
 
 
 def test_file_identity_changes_with_the_content_at_the_same_path(tmp_path):

@@ -16,11 +16,10 @@ from minibert import probing
 from minibert.checkpoints import load_pretrained
 from minibert.support.errors import MiniBertError
 from minibert.model import BertModel, MaskedLMHead
+from minibert.runs.probing import read_sentences
 from minibert.tokenization import load_tokenizer
 from helpers import error_line, run_script, run_script_in_process
 from tiny_models import SENTENCES, save_tiny_model, tiny_config, write_vocab
-
-
 
 
 def reference_scores(transformers, folder, batch, cls_id, sep_id, model_type):
@@ -94,10 +93,10 @@ def test_masked_context_scores_masked_positions_and_is_reproducible(tmp_path):
 
 
 def test_duplicated_and_tied_models_get_one_row_per_executed_layer(tmp_path):
-    from minibert.duplication import deepen_bert
+    from minibert.duplication import deepen
     model = save_tiny_model(tmp_path)
     tokenizer = load_tokenizer(tmp_path)
-    tied = deepen_bert(model, [0, 0, 1, 2, 2], tied=True)
+    tied = deepen(model, [0, 0, 1, 2, 2], tied=True)
     result = probing.probe_model(tied, tokenizer, SENTENCES)
     assert [r.description for r in result.layers] == [
         "embeddings", "layer 0", "layer 0 (copy)", "layer 1", "layer 2", "layer 2 (copy)"]
@@ -109,8 +108,9 @@ def test_a_model_without_mlm_head_needs_fit_head(tmp_path):
     save_tiny_model(tmp_path, with_mlm_head=False, with_pair_head=False)
     model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
     assert model.mlm_head is None
-    with pytest.raises(MiniBertError, match="no MLM head.*--fit-head"):
+    with pytest.raises(MiniBertError, match="no MLM head.*fit_mlm_head") as raised:
         probing.probe_model(model, tokenizer, SENTENCES)
+    assert "--" not in str(raised.value)                        # the lesson names its parameter; probe.py its flag
 
 
 def test_fitted_head_beats_an_untrained_one_on_the_last_layer(tmp_path):
@@ -129,61 +129,9 @@ def test_fitted_head_beats_an_untrained_one_on_the_last_layer(tmp_path):
     assert len(probing.probe_model(model, tokenizer, SENTENCES, mlm_head=head).layers) == 4
 
 
-def test_outputs_table_bars_examples_json_and_plot(tmp_path):
-    save_tiny_model(tmp_path / "m")
-    model, tokenizer = load_pretrained(tmp_path / "m"), load_tokenizer(tmp_path / "m")
-    result = probing.probe_model(model, tokenizer, SENTENCES, show=2, mask_prob=0.2)
-    assert len(result.examples) == 2
-    assert result.examples[0]["input"] == "the cat sat on the mat."
-    assert len(result.examples[0]["layers"]) == 4
-    assert result.examples[0]["layers"][0].split()[:2] == ["the", "cat"]    # layer 0 reads the input back
-    table = probing.format_table(result).splitlines()
-    assert len(table) == 2 + 4 + 1 and "masked LM" in table[-1]
-    assert table[0].split()[-2:] == ["xent", "(nats)"] and table[-1].endswith(" nats")        # the unit, named
-    assert float(table[2].split()[-1]) == pytest.approx(result.layers[0].cross_entropy, abs=5e-4)
-    bars = probing.format_bars(result).splitlines()
-    assert len(bars) == 1 + 4 and all(line.count("|") == 2 for line in bars[1:])
-    probing.save_json(result, tmp_path / "probe.json")
-    values = json.loads((tmp_path / "probe.json").read_text())
-    assert [layer["layer"] for layer in values["layers"]] == [0, 1, 2, 3] and values["masked"]["mask_prob"] == 0.2
-    # accuracies in percent, as every script reports them, and named so
-    assert [layer["top1_percent"] for layer in values["layers"]] == [100 * r.top1 for r in result.layers]
-    assert values["masked"]["top5_percent"] == 100 * result.masked["top5"] and "top1" not in values["layers"][0]
-    pytest.importorskip("matplotlib")
-    probing.save_plot({"tiny": result}, tmp_path / "probe.png")
-    assert (tmp_path / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_sentences_longer_than_the_model_are_cut_and_the_header_says_how_many(tmp_path):
-    save_tiny_model(tmp_path)                          # max_position_embeddings 64
-    model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
-    long = " ".join(SENTENCES)                         # about 110 tokens
-    result = probing.probe_model(model, tokenizer, [long, SENTENCES[0], long], batch_size=2)
-    assert result.truncated == 2 and result.max_length == 64
-    header = probing.format_header(result).splitlines()
-    assert header[-1] == "note: 2 of 3 sentences are longer than the model's 64 tokens and were cut to fit"
-    assert "note:" not in probing.format_header(probing.probe_model(model, tokenizer, SENTENCES[:2]))
-
-
-def test_bad_sentence_files_raise(tmp_path):
-    with pytest.raises(MiniBertError, match="missing.txt: file not found"):
-        probing.read_sentences(tmp_path / "missing.txt")
-    (tmp_path / "empty.txt").write_text("\n  \n")
-    with pytest.raises(MiniBertError, match="no sentences"):
-        probing.read_sentences(tmp_path / "empty.txt")
-    with pytest.raises(MiniBertError, match="--max-sentences"):
-        probing.read_sentences(None, max_sentences=0)
-
-
-def test_the_shipped_sentences_are_many_and_varied():
-    sentences = probing.read_sentences()
-    assert len(sentences) >= 100 and len(set(sentences)) == len(sentences)
-    assert any(any(c.isdigit() for c in s) for s in sentences) and any("?" in s for s in sentences)
-
-
 def test_a_bundled_size_model_probes_the_shipped_sentences_quickly(tmp_path):
     """Speed budget: 4 layers, H 256, vocab 12k, every shipped sentence, < 30 s on 2 cores."""
-    sentences = probing.read_sentences()
+    sentences = read_sentences()
     V = write_vocab(tmp_path, sentences, size=12000)
     model = BertModel(tiny_config(V, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                                   intermediate_size=1024, max_position_embeddings=512)).eval()
@@ -218,9 +166,10 @@ def test_cli_plot_names_a_model_given_as_a_long_path_by_its_folder(tmp_path, cap
     folder = tmp_path / "a-folder-with-a-long-name" / "experiments" / "seed-0" / "tiny-bert"
     save_tiny_model(folder)
     (tmp_path / "s.txt").write_text("\n".join(SENTENCES) + "\n")
+    from minibert.runs import probing as probe_run
+    from minibert.support.plots import plot_probe
     drawn = {}
-    monkeypatch.setattr(probing, "save_plot", lambda results, path: drawn.update(
-        figure=probing.plot_probe(results, path)))
+    monkeypatch.setattr(probe_run, "save_plot", lambda results, path: drawn.update(figure=plot_probe(results, path)))
     code, captured = run_script_in_process(capsys, "probe.py", "--model", folder, "--text", tmp_path / "s.txt",
                                            "--max-sentences", 4, "--plot", tmp_path / "probe.png")
     assert code == 0, captured.err

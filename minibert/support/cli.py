@@ -257,8 +257,8 @@ def output_file(text):
 def output_folder(text):
     """A folder to write into (e.g. --output): not a file; it exists and is
     writable, or can be made. Returns a Path. (Whether it may already hold
-    files is the script's decision: see check_output_dir in duplication.py,
-    check_output_folder in pretraining.py and support/outputs.py.)"""
+    files is the script's decision: see support/outputs.py's
+    check_output_folder and check_training_output.)"""
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file; expected a folder")

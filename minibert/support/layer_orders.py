@@ -1,5 +1,5 @@
-"""Support for minibert/duplication.py: the checks of a layer order before
-any layer is copied.
+"""Support for minibert/duplication.py: the checks of a layer order (the
+source layer index run at each new depth) before any layer is copied.
 
 Nothing else bounds how deep a duplicated model gets: `--repeat 100000000`
 on an ALBERT builds a config of 100,000,003 layers (a model no script can
@@ -28,10 +28,11 @@ def parse_indices(text, flag):
     return [int(p) for p in parts]
 
 
-def check_depth(depth, flag):
-    """A deeper model of `depth` layers is one that fits (MAX_DEPTH above)."""
+def check_depth(depth, name):
+    """A deeper model of `depth` layers is one that fits (MAX_DEPTH above);
+    `name`: what asked for it (a parameter, or a script's flag)."""
     if depth > MAX_DEPTH:
-        raise MiniBertError(f"{flag}: would make a model of {depth:,} layers; the limit is {MAX_DEPTH:,}")
+        raise MiniBertError(f"{name}: would make a model of {depth:,} layers; the limit is {MAX_DEPTH:,}")
 
 
 def check_pretrained_source(folder):

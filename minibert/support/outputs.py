@@ -1,8 +1,11 @@
 """Support for the scripts' --output: a run never writes over a model or the
 data it reads.
 
-finetune.py and distill.py write a model folder (training) or a predictions
-file. Before any slow work they check that this place
+duplicate.py writes a model folder that must be new or empty unless --force
+(check_output_folder, which also knows a resumable run's checkpoint: the
+guard for train_mlm.py's folder too). finetune.py and distill.py write
+a model folder (training) or a predictions file. Before any slow work they
+check that this place
 
   - is not a file or folder the run reads (--model, --teacher, --train, --eval,
     --predict, ...), nor lies inside one of them;
@@ -90,6 +93,46 @@ def check_not_in_model_folder(flag, output):
     if holder is not None:
         raise MiniBertError(f"{flag} {output}: lies inside the model folder {holder}, which holds "
                             f"{describe(holder, model_files(holder))}; choose a place outside it")
+
+
+def check_output_folder(output, force=False, *, flag="--output", source=None, resume=None, ignore=None):
+    """The folder a run writes a model into (duplicate.py; train_mlm.py's too): it
+    must be missing or empty, or force (--force) allows any folder. Never the
+    folder of the model the run copies (`source`: a folder or a file in one),
+    one inside it or one holding it, even with force: writing there would
+    overwrite that model or nest one model folder in the other.
+
+    resume: None for a run that cannot resume; True or False for one that can,
+    whose folder may then hold its checkpoint only with resume. ignore(name):
+    True for the names that do not count as contents (a token cache, the
+    temporary files of an unfinished write). Returns the output as a Path."""
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise MiniBertError(f"{flag} {output}: exists and is not a folder")
+    if source is not None and Path(source).exists():
+        source_dir = Path(source).resolve()
+        source_dir = source_dir if source_dir.is_dir() else source_dir.parent
+        target = output.resolve()
+        where = ("is" if target == source_dir else "is inside" if source_dir in target.parents
+                 else "holds" if target in source_dir.parents else None)
+        if where is not None:
+            raise MiniBertError(f"{flag} {output}: {where} the folder of the model being copied ({source_dir}); "
+                                f"choose a folder apart from it (--force does not allow this)")
+    if force or not output.is_dir():
+        return output
+    if resume is not None and (output / CHECKPOINT).is_file():
+        if resume:
+            return output
+        raise MiniBertError(f"{flag} {output}: holds the checkpoint of an earlier run; pass --resume to continue "
+                            f"it, or --force to start over in this folder")
+    others = sorted(p.name for p in output.iterdir() if ignore is None or not ignore(p.name))
+    if others and resume is None:
+        raise MiniBertError(f"{flag} {output}: folder exists and is not empty; pass --force to write into it")
+    if others:
+        raise MiniBertError(f"{flag} {output}: folder is not empty ({', '.join(others[:3])}"
+                            f"{', ...' if len(others) > 3 else ''}) and holds no checkpoint to --resume; "
+                            f"choose a new folder, or pass --force to write into it")
+    return output
 
 
 def check_training_output(output, record_file, inputs, resume=False, flag="--output"):

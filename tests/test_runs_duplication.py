@@ -1,0 +1,102 @@
+"""minibert.runs.duplication: duplicate.py's deeper model, each choice checked
+naming its flag, the folder written and the layer order read back from it."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minibert import duplication
+from minibert.checkpoints import load_pretrained
+from minibert.runs.duplication import (check_indices, check_layer_order, check_repeat, deeper_model, duplicate_order,
+                                       recorded_layer_order, write_model)
+from minibert.support.errors import MiniBertError
+from tiny_models import save_tiny_model
+
+
+@pytest.fixture
+def bert(tmp_path):
+    save_tiny_model(tmp_path / "bert", num_hidden_layers=4)
+    return load_pretrained(tmp_path / "bert")
+
+
+def test_the_flags_are_checked_before_the_lesson_runs_naming_them(bert, tmp_path):
+    from test_duplication import tiny_deberta
+    save_tiny_model(tmp_path / "albert2", model_type="albert", num_hidden_layers=4, num_hidden_groups=2)
+    albert2 = load_pretrained(tmp_path / "albert2")
+    deberta = tiny_deberta(tmp_path / "deberta", "v3")
+    cases = [
+        (lambda: check_indices([], 4, "--order"), "--order: empty; expected at least one layer index"),
+        (lambda: check_indices([0, 7], 4, "--duplicate"),
+         "--duplicate: layer index 7 is out of range; the model has 4 layers \\(indices 0..3\\)"),
+        (lambda: duplicate_order(4, [4]), "--duplicate: layer index 4"),
+        (lambda: duplicate_order(3, [0] * 1000), "--duplicate: would make a model of 1,003 layers"),
+        (lambda: check_layer_order(bert, [0, -1]), "--order: layer index -1 is out of range"),
+        (lambda: check_layer_order(bert, [0] * 60000), "--order: would make a model of 60,000 layers"),
+        (lambda: check_layer_order(deberta, [0, 0, 1, 2], tied=True), "--tied: minibert's DeBERTa has no layer_order"),
+        (lambda: check_layer_order(albert2, [0, 0], tied=True),
+         "--tied: ALBERT's layers are already shared; --repeat K gives the tied form"),
+        (lambda: check_repeat(bert, 2), "--repeat: this is a BERT model with distinct layers; use --duplicate"),
+        (lambda: check_repeat(deberta, 2), "--repeat: this is a DeBERTa model with distinct layers"),
+        (lambda: check_repeat(albert2, 0), "--repeat 0: expected a positive integer"),
+        (lambda: check_repeat(albert2, 998), "--repeat 998: would make a model of 1,002 layers; the limit is 1,000"),
+        (lambda: check_repeat(albert2, 1), "--repeat 1: this ALBERT has 2 layer groups over 4 layers; --repeat needs"),
+        (lambda: deeper_model(bert, repeat=2), "--repeat: this is a BERT"),
+        (lambda: deeper_model(albert2, duplicate=[0], tied=True), "--tied: ALBERT"),
+    ]
+    for call, message in cases:
+        with pytest.raises(MiniBertError, match=message):
+            call()
+
+
+def test_deeper_model_returns_the_model_and_the_order_it_runs(bert, tmp_path):
+    deeper, layer_order = deeper_model(bert, duplicate=[0, 2])
+    assert layer_order == [0, 0, 1, 2, 2, 3] and deeper.config.num_hidden_layers == 6
+    deeper, layer_order = deeper_model(bert, order=[3, 3, 0], tied=True)
+    assert layer_order == [3, 3, 0] and deeper.config.layer_order == [0, 0, 1]
+    save_tiny_model(tmp_path / "albert", model_type="albert")
+    deeper, layer_order = deeper_model(load_pretrained(tmp_path / "albert"), repeat=2)
+    assert layer_order is None and deeper.config.num_hidden_layers == 5
+
+
+def test_recorded_layer_order_reads_duplication_json_only_when_it_fits(bert, tmp_path):
+    folder = tmp_path / "deeper"
+    folder.mkdir()
+    assert recorded_layer_order(folder, bert.config) is None                       # no duplication.json
+    for layers_run, expected in (([0, 0, 1, 2], [0, 0, 1, 2]), ([0, 1], None), ("0,1,2,3", None)):
+        (folder / "duplication.json").write_text(json.dumps({"layers_run": layers_run}))
+        assert recorded_layer_order(folder, bert.config) == expected
+    (folder / "duplication.json").write_text("{not json")
+    assert recorded_layer_order(folder, bert.config) is None
+
+
+def test_write_model_never_writes_into_the_source_folder(bert, tmp_path):
+    deeper = duplication.deepen(bert, [0, 0, 1, 2, 3])
+    with pytest.raises(MiniBertError, match="is inside the folder of the model being copied"):
+        write_model(deeper, bert.source_dir / "deeper", source_dir=bert.source_dir, force=True)
+    assert not (bert.source_dir / "deeper").exists()
+
+
+def test_write_model_replaces_an_old_model_whole_or_not_at_all(bert, tmp_path, monkeypatch):
+    import minibert.checkpoints
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in (("config.json", "{}"), ("task.json", "{}"), ("model.safetensors", "old"), ("notes.txt", "mine")):
+        (out / name).write_text(text)                    # a fine-tuned folder, and a file of the user's
+    deeper = duplication.deepen(bert, [0, 1, 1, 2, 3])
+
+    def full_disk(model, directory, **kwargs):
+        (Path(directory) / "model.safetensors").write_text("half")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(minibert.checkpoints, "save_pretrained", full_disk)
+    with pytest.raises(MiniBertError, match="out: cannot write it \\(No space left on device.*; the previous folder is unchanged"):
+        write_model(deeper, out, source_dir=bert.source_dir, force=True)
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        "config.json": "{}", "task.json": "{}", "model.safetensors": "old", "notes.txt": "mine"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bert", "out"]
+    monkeypatch.undo()
+    write_model(deeper, out, source_dir=bert.source_dir, record={"duplicated": [1]}, force=True)
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "duplication.json", "model.safetensors", "notes.txt", "vocab.txt"} <= names
+    assert "task.json" not in names                                                    # no stale record
+    assert load_pretrained(out).config.num_hidden_layers == 5
