@@ -47,7 +47,7 @@ from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer, b
 from minibert.support.transfer_cache import cached_transfer_set
 from minibert.support.word_vectors import StartingEmbeddings
 from minibert.tasks import CLASSIFICATION, make_task
-from minibert.tasks.readers import ClassificationExample
+from minibert.support.task_files import ClassificationExample
 from minibert.training import TrainingConfig, setup_context, train
 
 # ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from minibert.support.errors import MiniBertError
 from minibert.support.student_folder import WEIGHTS_FILE, load_student, save_student
 from minibert.support.student_tokenizers import PieceTokenizer, WordTokenizer, build_vocabulary
 from minibert.tasks import make_task
-from minibert.tasks.readers import ClassificationExample
+from minibert.support.task_files import ClassificationExample
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 

@@ -1,4 +1,4 @@
-"""minibert.tasks.readers: every reader on small files written here in the
+"""minibert.support.task_files: every reader on small files written here in the
 datasets' exact formats, the grouped split, the errors for bad input, and
 (where ../shared/data exists) the example counts of the real files."""
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.tasks.readers import (ClassificationExample, SquadQuestion, check_answer_alignment, detect_format,
-                                    misaligned_answers, read_conll, read_mnli, read_mrpc, read_qqp, read_snli,
-                                    read_squad, read_sst2, read_task_file, split_examples, write_conll_predictions)
+from minibert.support.task_files import (ClassificationExample, SquadQuestion, check_answer_alignment,
+                                         detect_format, misaligned_answers, read_conll, read_mnli, read_mrpc, read_qqp,
+                                         read_snli, read_squad, read_sst2, read_task_file, split_examples,
+                                         write_conll_predictions)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
