@@ -15,10 +15,9 @@ skips, and their outputs are not read (docs/papers.md 4.2).
 Tags: CoNLL-2003's shared files are IOB1 (an entity starts with I-; B- only
 separates two adjacent entities of one type). The model is trained on IOB2
 (every entity starts with B-), which gives "first word of an entity" one
-consistent tag; conlleval reads both encodings the same (metrics.py), so
-the gold tags are scored as written in the file, and predictions are
-written back in the file's own scheme (`iob2_to_iob1`, `tagging_scheme`).
-The file itself is read and written by minibert/support/task_files.py.
+consistent tag; conlleval reads both the same (metrics.py), so gold tags are
+scored as written, and predictions are written back in the file's scheme
+(`iob2_to_iob1`, `tagging_scheme`; the file: minibert/support/task_files.py).
 """
 
 import bisect
@@ -40,11 +39,10 @@ from minibert.support.task_registry import NER
 
 
 def word_of_each_piece(words, offsets):
-    """For each piece, given its character `offsets` (start, end) in the
-    words joined by single spaces: the index of the word it comes from.
-    (The tokenizer's own word_ids split at punctuation: "U.S." is four
-    words.) A piece belongs to the CoNLL word whose characters it starts in;
-    one that starts on a space (a lone SentencePiece "▁") to the next word."""
+    """For each piece, given its character `offsets` in the words joined by
+    single spaces, the word it starts in (the tokenizer's word_ids split at
+    punctuation: "U.S." is four words); a piece that starts on a space (a
+    lone SentencePiece "▁") belongs to the next word."""
     starts, ends, position = [], [], 0
     for word in words:
         starts.append(position)
@@ -135,11 +133,10 @@ class NerTask:
         return [ids[tag] for tag in tags]
 
     def features(self, examples, tokenizer, max_seq_len):
-        """One feature per window of max_seq_len - 2 pieces ([CLS] window [SEP]),
-        usually one per sentence. Besides the model inputs: "labels" (tagged
-        files: the tag index at a word's first piece, IGNORE_INDEX elsewhere),
-        "example" (the sentence index) and "_word_starting_here" (per token:
-        the word it is the first piece of, or None), which `predict` reads."""
+        """One feature per window of max_seq_len - 2 pieces ([CLS] window [SEP]), usually one
+        per sentence: the model inputs, "labels" (tagged files: the tag index at a word's
+        first piece, IGNORE_INDEX elsewhere), "example" (the sentence index) and, for
+        `predict`, "_word_starting_here" (per token: the word it starts, or None)."""
         check_tag_set(self.labels)
         budget = max_seq_len - 2
         if budget < 1:
@@ -204,10 +201,9 @@ class NerTask:
         return [row[:n] for row, n in zip(probabilities, lengths)]
 
     def predict(self, examples, features, outputs):
-        """One list of IOB2 tags per sentence, one per word: the argmax at the
-        word's first piece, as in BERT (an I- after O can occur; conlleval
-        reads it as an entity's start), the windows of a long sentence put
-        back together. A word with no piece (a lone control character) is O."""
+        """One list of IOB2 tags per sentence, one per word: the argmax at the word's first
+        piece, as in BERT (an I- after O can occur: conlleval reads it as an entity's
+        start). A word with no piece (a lone control character) is O."""
         tags = [["O"] * len(sentence.words) for sentence in examples]
         for feature, probabilities in zip(features, outputs):
             for token, word in enumerate(feature["_word_starting_here"]):
@@ -228,9 +224,8 @@ class NerTask:
         return all(sentence.tags is not None for sentence in examples)
 
     def write_predictions(self, examples, predictions, path):
-        """The input file plus the predicted tags (what the conlleval script scores)
-        in the file's own scheme: IOB1 next to IOB1 gold, so that conlleval's token
-        accuracy compares like with like. Returns the paths written."""
+        """The input file plus the predicted tags (what the conlleval script scores) in the
+        file's scheme: IOB1 next to IOB1 gold, so its token accuracy compares like with like."""
         ner_file = ner_file_of(examples)
         if tagging_scheme(examples) == "IOB1":
             predictions = [iob2_to_iob1(tags) for tags in predictions]
