@@ -53,7 +53,7 @@ examples:
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
-from minibert.tasks.registry import TASK_NAMES
+from minibert.support.task_registry import TASK_NAMES
 
 parser = ArgumentParser(prog="finetune.py", description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
@@ -197,7 +197,7 @@ def check_answers(task, path, examples, training=False):
     the first questions); refuse a training file where most are not."""
     if task.name == "squad":
         import sys
-        from minibert.tasks.readers import check_answer_alignment
+        from minibert.support.task_files import check_answer_alignment
         warning = check_answer_alignment(path, examples, refuse_most=training)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
@@ -212,7 +212,8 @@ def fine_tune(args):
     from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
     from minibert.support.fileio import write_json
     from minibert.support.reports import format_metrics, json_safe
-    from minibert.tasks import make_task, split_for_evaluation
+    from minibert.support.task_files import split_for_evaluation
+    from minibert.tasks import make_task
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
     inputs = {"--model": args.model, "--train": args.train, "--eval": args.eval}
@@ -279,7 +280,8 @@ def predict_or_evaluate(args):
     from minibert.support.fileio import write_json
     from minibert.support.outputs import check_output_file
     from minibert.support.reports import format_metrics
-    from minibert.tasks import make_task, split_for_evaluation
+    from minibert.support.task_files import split_for_evaluation
+    from minibert.tasks import make_task
 
     folders = args.ensemble or [args.model]
     path = Path(args.predict or args.eval)

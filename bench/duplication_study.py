@@ -363,7 +363,7 @@ def deepen_variant(model, layer_order, tied):
 def read_data(args, task, work):
     """(training examples, path of the held-out file, its description)."""
     from minibert.support.errors import MiniBertError
-    from minibert.tasks import split_for_evaluation
+    from minibert.support.task_files import split_for_evaluation
 
     if args.task == "squad" and args.split_eval is not None:
         raise MiniBertError("--split-eval: not for squad; hold out whole articles with bench/squad_articles.py "

@@ -33,7 +33,7 @@ from minibert.support.seeds import seed_from
 from minibert.support.student_config import StudentConfig
 from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary, collate_student
 from minibert.support.word_vectors import StartingEmbeddings
-from minibert.tasks.readers import ClassificationExample
+from minibert.support.task_files import ClassificationExample
 
 # ---- 1. The student's inputs --------------------------------------------------------------------
 

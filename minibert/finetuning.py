@@ -64,7 +64,7 @@ from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fin
 from minibert.support.folders import check_task_record, load_weights, read_record, write_folder, write_record
 from minibert.support.outputs import CHECKPOINT
 from minibert.support.seeds import generator_for
-from minibert.tasks.registry import TASK_NAMES
+from minibert.tasks import TASK_NAMES
 from minibert.tokenization import load_tokenizer
 from minibert.training import TrainingConfig, setup_context, train
 

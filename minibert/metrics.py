@@ -16,7 +16,8 @@ official script, quirks included (docs/papers.md section 4):
 
 Every score is a percentage (0-100), as the official scripts print it.
 Arguments that cannot be scored (lengths that differ, question ids the
-dataset does not have, malformed tags) raise `MiniBertError`.
+dataset does not have, malformed tags) raise `MiniBertError`; the checks
+are minibert/support/metric_inputs.py.
 """
 
 import collections
@@ -25,29 +26,16 @@ import string
 import sys
 
 from minibert.support.errors import MiniBertError
+from minibert.support.metric_inputs import check_predictions, check_v2_inputs, paired, squad_questions
 
 # ----------------------------------------------------------------------------
 # Classification (GLUE)
 # ----------------------------------------------------------------------------
 
 
-def _as_list(values):
-    """A Python list of a list, tuple, NumPy array or torch tensor."""
-    return values.tolist() if hasattr(values, "tolist") else list(values)
-
-
-def _paired(predictions, labels):
-    predictions, labels = _as_list(predictions), _as_list(labels)
-    if len(predictions) != len(labels):
-        raise MiniBertError(f"{len(predictions)} predictions but {len(labels)} labels: they must pair up one to one")
-    if not predictions:
-        raise MiniBertError("no predictions to score")
-    return predictions, labels
-
-
 def accuracy(predictions, labels):
     """Percentage of predictions equal to their label (SST-2, MNLI, QNLI, SNLI, ...)."""
-    predictions, labels = _paired(predictions, labels)
+    predictions, labels = paired(predictions, labels)
     correct = sum(prediction == label for prediction, label in zip(predictions, labels))
     return 100.0 * correct / len(labels)
 
@@ -60,7 +48,7 @@ def binary_f1(predictions, labels, positive=1):
     the form scikit-learn computes; 0 when neither side has a positive, as
     scikit-learn returns then (with a warning).
     """
-    predictions, labels = _paired(predictions, labels)
+    predictions, labels = paired(predictions, labels)
     pairs = list(zip(predictions, labels))
     true_positives = sum(pred == positive and label == positive for pred, label in pairs)
     false_positives = sum(pred == positive and label != positive for pred, label in pairs)
@@ -129,45 +117,6 @@ def f1_score_v1(prediction, ground_truth):
     return _overlap_f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
 
 
-def _squad_questions(dataset):
-    """The question dicts ("qas") of a SQuAD "data" list, in file order: the
-    order in which the official scripts loop, and so add up, the scores."""
-    questions = []
-    try:
-        for article in dataset:
-            for paragraph in article["paragraphs"]:
-                questions.extend(paragraph["qas"])
-    except (KeyError, TypeError):
-        raise MiniBertError("SQuAD dataset: expected the JSON's 'data' list (articles -> 'paragraphs' -> 'qas'); "
-                            "pass json['data'], not the whole file") from None
-    seen = set()
-    for qa in questions:
-        if not isinstance(qa, dict) or "id" not in qa or "answers" not in qa:
-            raise MiniBertError(f"SQuAD dataset: every question needs an 'id' and 'answers', got {str(qa)[:80]}")
-        if qa["id"] in seen:
-            raise MiniBertError(f"SQuAD dataset: question id {qa['id']!r} appears twice")
-        seen.add(qa["id"])
-    if not questions:
-        raise MiniBertError("SQuAD dataset: it holds no questions")
-    return questions
-
-
-def _check_known_ids(by_id, questions, what):
-    """Every key of `by_id` must be a question of the dataset. The official
-    scripts silently ignore other ids; here they are an error, because they
-    mean the predictions were made for another dataset or version."""
-    known = {qa["id"] for qa in questions}
-    unknown = [qid for qid in by_id if qid not in known]
-    if unknown:
-        raise MiniBertError(f"{what}: {len(unknown)} question ids are not in the dataset, e.g. {unknown[0]!r}")
-
-
-def _check_answers_are_text(predictions):
-    for qid, answer in predictions.items():
-        if not isinstance(answer, str):
-            raise MiniBertError(f"predictions: the answer to {qid!r} is {type(answer).__name__}, expected a string")
-
-
 def squad_v1_metrics(dataset, predictions):
     """evaluate-v1.1.py: {"exact_match", "f1"} in percent.
 
@@ -176,9 +125,8 @@ def squad_v1_metrics(dataset, predictions):
     question with no prediction scores 0 and still counts in the mean; the
     script prints a line for it, and so does this (one line for all of them).
     """
-    questions = _squad_questions(dataset)
-    _check_known_ids(predictions, questions, "predictions")
-    _check_answers_are_text(predictions)
+    questions = squad_questions(dataset)
+    check_predictions(predictions, questions)
     exact_match = f1 = 0
     unanswered = []
     for qa in questions:
@@ -248,7 +196,7 @@ def squad_v2_metrics(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
     """evaluate-v2.0.py, in percent.
 
     `dataset` is the JSON's "data" list; `predictions` maps every question id
-    to its answer ("" = no answer). `na_probs` (the script's --na-prob-file)
+    to its answer ("" = no answer). `na_probs` (the script's na_prob_file)
     maps every question id to a no-answer score, e.g. the score differences
     of BERT's null_odds.json; a question whose score exceeds `na_prob_thresh`
     is scored as answered "".
@@ -258,27 +206,13 @@ def squad_v2_metrics(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
     and with `na_probs` also "best_exact", "best_exact_thresh", "best_f1",
     "best_f1_thresh" (see `_find_best_thresh`). A question is answerable when
     its "answers" list is non-empty, as in the script ("is_impossible" is not
-    read).
-
-    Every question needs a prediction: the script prints "Missing prediction"
-    for one that has none and then fails (KeyError) while computing the
-    HasAns/NoAns breakdown, so it has no number to match.
+    read). Every question needs a prediction (the script fails without one).
     """
-    questions = _squad_questions(dataset)
-    _check_known_ids(predictions, questions, "predictions")
-    _check_answers_are_text(predictions)
-    missing = [qa["id"] for qa in questions if qa["id"] not in predictions]
-    if missing:
-        raise MiniBertError(f"predictions: {len(missing)} questions have none, e.g. {missing[0]!r} "
-                            "(predict \"\" for no answer)")
+    questions = squad_questions(dataset)
+    check_v2_inputs(predictions, na_probs, questions)
     threshold_search = na_probs is not None
     if na_probs is None:
         na_probs = {qid: 0.0 for qid in predictions}   # the script's default: nothing exceeds 1.0
-    else:
-        _check_known_ids(na_probs, questions, "na_probs")
-        missing = [qa["id"] for qa in questions if qa["id"] not in na_probs]
-        if missing:
-            raise MiniBertError(f"na_probs: {len(missing)} questions have none, e.g. {missing[0]!r}")
 
     has_answer = {qa["id"]: bool(qa["answers"]) for qa in questions}
     exact_raw, f1_raw = {}, {}

@@ -21,7 +21,7 @@ from minibert.support.distillation_settings import DEFAULT_POS_FILE, Distillatio
 from minibert.support.student_config import StudentConfig
 from minibert.support.student_inputs import WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
-from minibert.tasks.readers import ClassificationExample
+from minibert.support.task_files import ClassificationExample
 from minibert.training import Context, TrainingConfig, train
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)

@@ -165,7 +165,7 @@ def test_held_out_snli_pairs_are_written_as_jsonl_that_reads_back_unchanged(tmp_
 
     from helpers import REPO
     from minibert.tasks import make_task
-    from minibert.tasks.readers import ClassificationExample
+    from minibert.support.task_files import ClassificationExample
 
     spec = importlib.util.spec_from_file_location("duplication_study", REPO / SCRIPT)
     module = importlib.util.module_from_spec(spec)

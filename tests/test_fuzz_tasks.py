@@ -19,9 +19,9 @@ import pytest
 from minibert import finetuning
 from minibert.support.errors import MiniBertError
 from minibert.tasks import make_task
-from minibert.tasks.readers import check_answer_alignment
+from minibert.support.task_files import check_answer_alignment
 from test_fuzz import JSON_VALUES, append, flip, insert, truncate, with_json_value
-from test_tasks_readers import CONLL, MRPC_HEADER, SST2_TSV, SST_TREES, mnli_row, snli_line, squad_v1, squad_v2
+from test_task_files import CONLL, MRPC_HEADER, SST2_TSV, SST_TREES, mnli_row, snli_line, squad_v1, squad_v2
 
 CASES = 120  # per file
 

@@ -88,13 +88,11 @@ def test_model_files_depend_only_on_the_error_type_and_their_config_checks():
 def test_support_modules_import_no_lesson():
     # Support sits below the lessons: it may import other support modules and
     # the checkpoint code (which builds models), never a lesson module, except
-    # the loaders that rebuild what a lesson wrote, as the checkpoint code does
-    # for the model: the student folder (the student, its task and tokenizer)
-    # and the transfer cache (the examples it stores).
+    # the loader that rebuilds what a lesson wrote, as the checkpoint code does
+    # for the model: the student folder (the student, its task and tokenizer).
     graph = import_graph()
     allowed_lessons = {
         "minibert.support.student_folder": {"minibert.lstm", "minibert.tasks", "minibert.tokenization"},
-        "minibert.support.transfer_cache": {"minibert.tasks.readers"},
     }
     for name, imported in graph.items():
         if name.startswith("minibert.support"):

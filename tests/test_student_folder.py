@@ -19,7 +19,7 @@ from minibert.support.student_config import StudentConfig
 from minibert.support.student_folder import WEIGHTS_FILE, load_student, save_student
 from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
-from minibert.tasks.readers import ClassificationExample
+from minibert.support.task_files import ClassificationExample
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 

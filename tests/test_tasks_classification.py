@@ -12,9 +12,10 @@ import torch
 
 from minibert.model import BertConfig, BertModelOutput
 from minibert.support.errors import MiniBertError
-from minibert.tasks import CLASSIFICATION, CLASSIFICATION_LABELS, make_task
+from minibert.support.task_registry import CLASSIFICATION, CLASSIFICATION_LABELS
+from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask
-from minibert.tasks.readers import ClassificationExample
+from minibert.support.task_files import ClassificationExample
 from minibert.tokenization import load_tokenizer
 from tiny_models import write_vocab
 

@@ -21,8 +21,8 @@ from minibert import finetuning
 from minibert.support.errors import MiniBertError
 from minibert.metrics import squad_v1_metrics, squad_v2_metrics
 from minibert.model import BertModelOutput
-from minibert.tasks.readers import SquadQuestion
-from minibert.tasks.squad import SquadPredictions, SquadTask, answer_tokens, squad_dataset, token_spans
+from minibert.support.task_files import SquadPredictions, SquadQuestion, squad_dataset
+from minibert.tasks.squad import SquadTask, answer_tokens, token_spans
 from minibert.tokenization import load_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -380,13 +380,6 @@ def test_metrics_equal_the_official_scores_of_the_file(tmp_path):
     assert task.metrics(questions, answers) == {"exact_match": 100.0, "f1": 100.0}
     # A subset is scored on itself alone.
     assert task.metrics(questions[:1], SquadPredictions({"a": "mat"})) == {"exact_match": 100.0, "f1": 100.0}
-
-
-def test_split_keeps_articles_whole():
-    questions = [make_question("the cat sat .", "cat", qid=f"{a}-{i}", article=a) for a in range(10) for i in range(3)]
-    train, held_out = SquadTask().split(questions, 0.2, seed=0)
-    assert len(held_out) == 6 and len(train) == 24
-    assert not {q.article for q in train} & {q.article for q in held_out}
 
 
 def test_write_predictions(tmp_path):

@@ -13,7 +13,7 @@ from minibert.runs import distillation as distillation_run
 from minibert.support.distillation_settings import DistillationSettings
 from minibert.support.transfer_cache import CACHE_FORMAT, load_transfer_cache, save_transfer_cache
 from minibert.tasks import make_task
-from minibert.tasks.readers import ClassificationExample
+from minibert.support.task_files import ClassificationExample
 from tiny_models import sentiment_rows, write_sst2
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)

@@ -20,7 +20,7 @@ from minibert.support.distillation_settings import DEFAULT_POS_FILE
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, file_sha256
 from minibert.support.google_archives import default_cache_dir
-from minibert.tasks.readers import ClassificationExample
+from minibert.support.task_files import ClassificationExample
 
 CACHE_FORMAT = 1                           # bump when the cache file's content changes meaning
 

@@ -7,20 +7,18 @@ are softmax(C W^T) (Google's run_classifier.py `create_model`). The loss is
 the cross-entropy of the gold class, log(softmax(C W^T)) in the paper's words.
 """
 
-import json
-
 import numpy as np
 import torch.nn.functional as F
 
 from minibert import metrics
 from minibert.heads import OutputLayer
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write
-from minibert.tasks.registry import CLASSIFICATION_LABELS, WITH_F1
+from minibert.support.task_files import read_task_file, write_classification_predictions
+from minibert.support.task_registry import CLASSIFICATION_LABELS, WITH_F1
 
 
 class ClassificationTask:
-    """SST-2, SNLI, MNLI, MRPC or QQP (their labels: tasks/registry.py)."""
+    """SST-2, SNLI, MNLI, MRPC or QQP (their labels: support/task_registry.py)."""
 
     main_metric = "accuracy"
     uses_pooler = True
@@ -32,7 +30,6 @@ class ClassificationTask:
         self.label_to_id = {label: i for i, label in enumerate(self.labels)}
 
     def read(self, path):
-        from minibert.tasks.readers import read_task_file
         return read_task_file(self.name, path)
 
     def features(self, examples, tokenizer, max_seq_len):
@@ -102,21 +99,6 @@ class ClassificationTask:
         return all(example.label is not None for example in examples)
 
     def write_predictions(self, examples, predictions, path):
-        """Returns the paths written. A path ending in `.tsv` gets GLUE's
-        submission format: the header `index<TAB>prediction`, then each
-        example's position in the file (0 first, as a GLUE test file's own
-        index column counts) and its label. Anything else gets jsonl: one
-        object per example, in file order, with its id, label and class
-        probabilities."""
-        if str(path).endswith(".tsv"):
-            with atomic_write(path, mode="w") as f:
-                f.write("index\tprediction\n")
-                for index, (label, _) in enumerate(predictions):
-                    f.write(f"{index}\t{label}\n")
-            return [path]
-        with atomic_write(path, mode="w") as f:
-            for example, (label, probs) in zip(examples, predictions):
-                record = {"id": example.id} if example.id is not None else {}
-                record.update(label=label, probs=[round(float(p), 6) for p in probs])
-                f.write(json.dumps(record) + "\n")
-        return [path]
+        """jsonl, or GLUE's submission TSV for a `.tsv` path
+        (task_files.write_classification_predictions). Returns the paths written."""
+        return write_classification_predictions(examples, predictions, path)

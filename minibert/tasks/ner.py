@@ -12,19 +12,12 @@ skips, and their outputs are not read (docs/papers.md 4.2).
     pieces  jim    hen    ##son   was
     labels  B-PER  I-PER  -100    O
 
-The loss is the mean cross-entropy over the N labelled pieces (one per word):
-L = -(1/N) sum_i log softmax(T_i W^T)[y_i].
-
 Tags: CoNLL-2003's shared files are IOB1 (an entity starts with I-; B- only
 separates two adjacent entities of one type). The model is trained on IOB2
 (every entity starts with B-), which gives "first word of an entity" one
-consistent tag; conlleval reads both encodings the same (metrics.py), so
-the gold tags are scored as written in the file, and predictions are
-written back in the file's own scheme (`iob2_to_iob1`, `tagging_scheme`).
-
-Examples: `read` returns a `NerExamples`, the list of the file's sentences
-that also keeps the file's lines, so that `write_predictions` can write
-the input file back with one more column.
+consistent tag; conlleval reads both the same (metrics.py), so gold tags are
+scored as written, and predictions are written back in the file's scheme
+(`iob2_to_iob1`, `tagging_scheme`; the file: minibert/support/task_files.py).
 """
 
 import bisect
@@ -35,20 +28,9 @@ import torch.nn.functional as F
 from minibert import metrics
 from minibert.heads import IGNORE_INDEX, OutputLayer
 from minibert.support.errors import MiniBertError
-from minibert.tasks.readers import read_conll, write_conll_predictions
-from minibert.tasks.registry import NER
-
-
-class NerExamples(list):
-    """The sentences (NerSentence) of one CoNLL file, in file order.
-
-    A list, so that len() and iteration work as for every other task
-    (fine_tune counts its training examples), plus `ner_file`, the NerFile
-    they came from: its lines are what `write_predictions` writes back."""
-
-    def __init__(self, ner_file):
-        super().__init__(ner_file.sentences)
-        self.ner_file = ner_file
+from minibert.support.task_checks import check_known_tags, check_tag_set
+from minibert.support.task_files import NerExamples, ner_file_of, read_conll, write_conll_predictions
+from minibert.support.task_registry import NER
 
 
 # ----------------------------------------------------------------------------
@@ -57,14 +39,10 @@ class NerExamples(list):
 
 
 def word_of_each_piece(words, offsets):
-    """For each piece, given its character `offsets` (start, end) in the
-    words joined by single spaces: the index of the word it comes from.
-
-    The tokenizer's own word_ids are no use here: its pre-tokenizer splits
-    at punctuation, so the CoNLL word "U.S." is four tokenizer words. The
-    pieces' character offsets are exact, so each piece is placed in the
-    CoNLL word whose characters it starts in. (A piece that starts on a
-    space, like a lone SentencePiece "▁", belongs to the word after it.)"""
+    """For each piece, given its character `offsets` in the words joined by
+    single spaces, the word it starts in (the tokenizer's word_ids split at
+    punctuation: "U.S." is four words); a piece that starts on a space (a
+    lone SentencePiece "▁") belongs to the next word."""
     starts, ends, position = [], [], 0
     for word in words:
         starts.append(position)
@@ -81,16 +59,12 @@ def word_of_each_piece(words, offsets):
 
 def window_starts(word_of_piece, budget):
     """Where to cut a sentence's pieces into windows of at most `budget`
-    pieces (the start index of each window).
-
-    BERT sees at most max_seq_len tokens, but every word of a CoNLL file
-    needs a tag, so a long sentence is cut into consecutive windows, each a
-    feature of its own, rather than truncated. A cut falls between two
-    words, so every word keeps its pieces together; only a word of more
-    than `budget` pieces is itself cut (its first piece, the labelled one,
-    stays in the earlier window). Windows do not overlap: the words near a
-    cut see less context, which costs little because few CoNLL sentences
-    are longer than the 126 pieces that max_seq_len 128 leaves."""
+    pieces (the start index of each window). Every word needs a tag, so a
+    sentence longer than max_seq_len is cut into consecutive windows, each a
+    feature of its own, rather than truncated. A cut falls between two words;
+    only a word of more than `budget` pieces is itself cut (its first, the
+    labelled piece, stays in the earlier window). Windows do not overlap:
+    few CoNLL sentences are longer than the 126 pieces of max_seq_len 128."""
     starts = [0]
     while len(word_of_piece) - starts[-1] > budget:
         cut = starts[-1] + budget            # the furthest this window can reach
@@ -119,12 +93,10 @@ def first_pieces(word_of_piece):
 
 class NerTask:
     """CoNLL-2003 NER: IOB2 tags, one per word, from the word's first piece.
-
     `labels` is the tag set, "O" first (its index is the class index). By
-    default it is learned from the tags of the files `read` before the
-    head is made, in practice the training (and evaluation) file, converted
-    to IOB2 and sorted; a fine-tuned folder stores it in task.json, and the
-    task loaded from there gets it back as `labels`."""
+    default it is learned from the IOB2 tags of the files `read` before the
+    head is made (the training and evaluation files), sorted; a fine-tuned
+    folder keeps it in task.json."""
 
     name = NER
     main_metric = "f1"
@@ -143,7 +115,7 @@ class NerTask:
 
     def learn_labels(self, examples):
         """Add the IOB2 tags of `examples` to the labels ("O" first, then sorted)."""
-        tags = {tag for sentence in examples if sentence.tags is not None for tag in iob2_tags(sentence)}
+        tags = {tag for sentence in examples if sentence.tags for tag in metrics.iob1_to_iob2(sentence.tags)}
         if not tags:   # a file to predict on: nothing to learn from
             return
         known = set(self.labels or []) | tags | {"O"}
@@ -156,22 +128,16 @@ class NerTask:
 
     def labels_of_words(self, sentence, index):
         """The class index of each word's IOB2 tag."""
-        ids = self.label_to_id
-        tags = iob2_tags(sentence)
-        unknown = [tag for tag in tags if tag not in ids]
-        if unknown:
-            raise MiniBertError(f"line {sentence.line_numbers[0]} (sentence {index}): tag {unknown[0]!r} is not one "
-                                f"of the model's labels {self.labels}")
+        ids, tags = self.label_to_id, metrics.iob1_to_iob2(sentence.tags)
+        check_known_tags(tags, self.labels, sentence, index)
         return [ids[tag] for tag in tags]
 
     def features(self, examples, tokenizer, max_seq_len):
-        """One feature per window of max_seq_len - 2 pieces ([CLS] window [SEP]),
-        so usually one per sentence (see `window_starts`). Besides the model
-        inputs, a feature has "labels" (per token: the tag index at a word's
-        first piece, IGNORE_INDEX elsewhere; only for tagged files), "example" (the
-        sentence index) and "_word_starting_here" (per token: the word it is
-        the first piece of, or None), which `predict` maps back with."""
-        self.check_labels()
+        """One feature per window of max_seq_len - 2 pieces ([CLS] window [SEP]), usually one
+        per sentence: the model inputs, "labels" (tagged files: the tag index at a word's
+        first piece, IGNORE_INDEX elsewhere), "example" (the sentence index) and, for
+        `predict`, "_word_starting_here" (per token: the word it starts, or None)."""
+        check_tag_set(self.labels)
         budget = max_seq_len - 2
         if budget < 1:
             raise MiniBertError(f"max_seq_len {max_seq_len} leaves no room for a word between [CLS] and [SEP]")
@@ -195,14 +161,9 @@ class NerTask:
                 features.append(feature)
         return features
 
-    def check_labels(self):
-        if not self.labels:
-            raise MiniBertError("conll2003: the tag set is unknown: read the training file with this task first "
-                                "(its tags are the labels), or pass NerTask(labels=[...])")
-
     def make_head(self, config):
         """The head; from here on the labels are fixed (they are its outputs)."""
-        self.check_labels()
+        check_tag_set(self.labels)
         self.learning_labels = False
         return OutputLayer(config, len(self.labels), per_token=True)   # on every token
 
@@ -219,9 +180,8 @@ class NerTask:
         return {"ner": int((batch["labels"] != IGNORE_INDEX).sum())}
 
     def losses(self, logits, batch):
-        """The loss in training.train's form: N L, the SUM over this batch's
-        labelled pieces (train divides the step's sum by the step's count;
-        see ClassificationTask.losses). A batch with no labelled piece adds 0."""
+        """N L, the SUM over this batch's labelled pieces, in training.train's
+        form (see ClassificationTask.losses); a batch with none adds 0."""
         labels = batch["labels"]
         n = int((labels != IGNORE_INDEX).sum())
         loss = self.loss(logits, batch) * n if n else logits.float().sum() * 0.0
@@ -229,8 +189,7 @@ class NerTask:
         return {"ner": (loss, correct)}
 
     def distributions(self, logits, batch):
-        """What the loss compares, as (rows, weight): one softmax row of K
-        logits per labelled piece, each weighing 1 (SiFT's symmetric KL)."""
+        """What the loss compares (SiFT): one row of K logits per labelled piece, weight 1."""
         return logits[batch["labels"] != IGNORE_INDEX], 1.0                # (N, K)
 
     # ---- predictions and metrics -------------------------------------------
@@ -242,12 +201,9 @@ class NerTask:
         return [row[:n] for row, n in zip(probabilities, lengths)]
 
     def predict(self, examples, features, outputs):
-        """One list of IOB2 tags per sentence, one tag per word: the most
-        probable tag at the word's first piece, the windows of a long sentence
-        put back together. A word with no piece at all (one the tokenizer
-        deletes, e.g. a lone control character) is tagged O. The tags are
-        the argmax per word, as in BERT; an I- after O can occur and
-        conlleval reads it as the start of an entity."""
+        """One list of IOB2 tags per sentence, one per word: the argmax at the word's first
+        piece, as in BERT (an I- after O can occur: conlleval reads it as an entity's
+        start). A word with no piece (a lone control character) is O."""
         tags = [["O"] * len(sentence.words) for sentence in examples]
         for feature, probabilities in zip(features, outputs):
             for token, word in enumerate(feature["_word_starting_here"]):
@@ -268,33 +224,20 @@ class NerTask:
         return all(sentence.tags is not None for sentence in examples)
 
     def write_predictions(self, examples, predictions, path):
-        """The input file with the predicted tag as one more column (so a
-        file with gold tags becomes what the conlleval script scores),
-        written in the file's own tagging scheme: IOB1 predictions next to
-        IOB1 gold, so that conlleval's token accuracy compares like with
-        like (a file without tags gets the model's IOB2). Returns the paths
-        written."""
-        if not isinstance(examples, NerExamples):
-            raise MiniBertError("conll2003: write_predictions needs the examples NerTask.read returned "
-                                "(they keep the file's lines)")
+        """The input file plus the predicted tags (what the conlleval script scores) in the
+        file's scheme: IOB1 next to IOB1 gold, so its token accuracy compares like with like."""
+        ner_file = ner_file_of(examples)
         if tagging_scheme(examples) == "IOB1":
             predictions = [iob2_to_iob1(tags) for tags in predictions]
-        write_conll_predictions(examples.ner_file, predictions, path)
+        write_conll_predictions(ner_file, predictions, path)
         return [path]
 
 
-def iob2_tags(sentence):
-    """A sentence's tags as IOB2 (CoNLL-2003's files are IOB1)."""
-    return metrics.iob1_to_iob2(sentence.tags)
-
-
 def iob2_to_iob1(tags):
-    """One sentence's tags as IOB1, the inverse of metrics.iob1_to_iob2: a
-    chunk starts with I-, and with B- only right after a chunk of the same
-    type. The chunks are unchanged (conlleval scores both the same).
+    """One sentence's tags as IOB1, the inverse of iob1_to_iob2: a chunk
+    starts with I-, and with B- only right after a chunk of the same type.
 
-        ["B-PER", "I-PER", "B-PER", "O", "B-LOC"]
-        -> ["I-PER", "I-PER", "B-PER", "O", "I-LOC"]
+        ["B-PER", "I-PER", "B-PER", "O", "B-LOC"] -> ["I-PER", "I-PER", "B-PER", "O", "I-LOC"]
     """
     converted = ["O"] * len(tags)
     previous_end, previous_type = None, None
@@ -308,9 +251,8 @@ def iob2_to_iob1(tags):
 
 
 def tagging_scheme(sentences):
-    """"IOB1" when some entity of the sentences' tags starts with I- (as in
-    CoNLL-2003's files), else "IOB2" (every entity starts with B-; also a
-    file without tags or entities, which the model's own IOB2 suits)."""
+    """"IOB1" when some entity of the sentences' tags starts with I- (as in CoNLL-2003's
+    files), else "IOB2" (also for a file without tags or entities: the model's own)."""
     for sentence in sentences:
         for _, start, _ in metrics.conll_chunks(sentence.tags or []):
             if sentence.tags[start].startswith("I-"):

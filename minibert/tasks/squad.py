@@ -16,23 +16,15 @@ all of a question's windows wins; for SQuAD 2.0 it is compared with the
 
 Features are dicts (minibert/finetuning.py): input_ids, token_type_ids,
 "example", the targets "start_positions"/"end_positions", and two arrays
-that are not batched (their names start with "_"):
-
-    _offsets      (T, 2) the character span of each token in the ORIGINAL
-                  context; (-1, -1) for [CLS], the question and [SEP]
-    _max_context  (T,) True where this window gives the token the most
-                  context on both sides, the only windows in which an answer
-                  may start there (run_squad.py `_check_is_max_context`)
-
-Predictions are a `SquadPredictions`: the official {question id: answer}
-and, for SQuAD 2.0, the no-answer score of each question (PRED.null_odds.json).
+that are not batched: "_offsets" (T, 2), each token's character span in the
+ORIGINAL context, (-1, -1) outside it; "_max_context" (T,), True where this
+window gives the token the most context on both sides, the only windows in
+which an answer may start there (run_squad.py `_check_is_max_context`).
+The files are read and written by minibert/support/task_files.py.
 """
 
 import math
 import unicodedata
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
@@ -41,40 +33,16 @@ import torch.nn.functional as F
 from minibert import metrics
 from minibert.heads import MASKED_LOGIT, SpanHead
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import write_json
-
-# What task.json keeps of the task, so that a loaded model makes its
-# features and predictions as it was trained (SquadTask.settings).
-SETTINGS = ("squad_version", "doc_stride", "max_query_len", "max_answer_len", "n_best", "null_threshold")
+from minibert.support.task_files import SquadPredictions, read_squad, squad_dataset, write_squad_predictions
+from minibert.support.task_checks import SQUAD_SETTINGS, squad_settings
 
 # A probability that underflowed to 0 in float32 counts as the smallest
 # positive float32, so that log-probabilities (and their differences) stay finite.
 SMALLEST_PROBABILITY = float(np.finfo(np.float32).tiny)
 
-# The null odds file is named after the predictions file (null_odds_file).
-NULL_ODDS_SUFFIX = ".null_odds.json"
-
-
-@dataclass
-class SquadPredictions:
-    """answers: {question id: answer text}, "" for "no answer".
-    null_odds: {question id: score_diff} for SQuAD 2.0 (None for 1.1): how
-    much more the model believes in "no answer" than in its best span.
-    span_answers: for SQuAD 2.0, {question id: the best span's text}, the
-    answer each question gets at a threshold high enough to answer it. The
-    threshold search scores these (what evaluate-v2.0.py expects its
-    predictions to be): with answers already blanked at null_threshold, no
-    lower threshold could ever find an answer."""
-    answers: dict
-    null_odds: Optional[dict] = None
-    span_answers: Optional[dict] = None
-
-    def __len__(self):
-        return len(self.answers)
-
 
 # ----------------------------------------------------------------------------
-# Windows over a long context
+# Windows over a long context, token spans, span scores
 # ----------------------------------------------------------------------------
 
 
@@ -82,8 +50,8 @@ def context_windows(num_tokens, window_len, doc_stride):
     """(first token, number of tokens) of each window, run_squad.py's loop:
     windows of at most window_len tokens, the next starting doc_stride tokens
     later (or right after this one, if doc_stride is longer than a window),
-    until one reaches the end. A context of no tokens still gets one (empty)
-    window, so that every question has a feature."""
+    until one reaches the end. A context of no tokens gets one (empty)
+    window, so every question has a feature."""
     windows, start = [], 0
     while True:
         length = min(num_tokens - start, window_len)
@@ -95,11 +63,10 @@ def context_windows(num_tokens, window_len, doc_stride):
 
 def max_context_window(windows, num_tokens):
     """For each context token, the window in which it has the most context.
-
     A token near a window's edge sees little of the text on one side, so
     run_squad.py scores each window for a token as min(tokens on its left,
-    tokens on its right) + 0.01 * window length and keeps the best (the first
-    on a tie)."""
+    tokens on its right) + 0.01 * window length and keeps the best (the
+    first on a tie)."""
     best_window, best_score = [0] * num_tokens, [-math.inf] * num_tokens
     for w, (start, length) in enumerate(windows):
         for token in range(start, start + length):
@@ -111,12 +78,9 @@ def max_context_window(windows, num_tokens):
 
 def token_spans(context, offsets):
     """The character span (start, end) of each context token, an (N, 2)
-    array, each extended over the combining marks that follow it.
-
-    An uncased tokenizer strips accents, and a character it deletes belongs
-    to no token: in "Cafe\\u0301" (an "e" followed by a combining acute accent)
-    the token "##fe" covers "fe" but not the accent, and an answer cut from
-    the spans would lose it."""
+    array, each extended over the combining marks that follow it: an uncased
+    tokenizer deletes accents, so in "Cafe\\u0301" (a combining acute accent)
+    "##fe" covers "fe" but not the accent, which an answer would lose."""
     spans = []
     for start, end in offsets:
         while end < len(context) and unicodedata.combining(context[end]):
@@ -126,14 +90,25 @@ def token_spans(context, offsets):
 
 
 def answer_tokens(spans, answer_start, answer_text):
-    """(first, last) context token of an answer given by its characters, or
-    None when no token overlaps it (an answer of only whitespace, or one whose
-    answer_start does not point at its text). A token that the answer only
-    partly covers counts as inside it."""
+    """(first, last) context token of an answer given by its characters (a
+    token it partly covers counts), or None when no token overlaps it (an
+    answer of only whitespace, or one whose answer_start misses its text)."""
     answer_end = answer_start + len(answer_text)
     first = int(np.searchsorted(spans[:, 1], answer_start, side="right"))   # the first token ending after its start
     last = int(np.searchsorted(spans[:, 0], answer_end, side="left")) - 1   # the last token starting before its end
     return (first, last) if first <= last else None
+
+
+def masked_logits(logits, attention_mask):
+    """(B, T, 2) logits -> start and end logits (B, T) each, in float32,
+    with padding at MASKED_LOGIT: its exp is 0, so padding gets no probability."""
+    logits = logits.float().masked_fill(attention_mask[:, :, None] == 0, MASKED_LOGIT)
+    return logits[..., 0], logits[..., 1]
+
+
+def top_positions(scores, allowed, n):
+    """The (at most) n positions of `allowed` with the highest scores, best first."""
+    return allowed[np.argsort(-scores[allowed], kind="stable")[:n]]
 
 
 # ----------------------------------------------------------------------------
@@ -142,17 +117,13 @@ def answer_tokens(spans, answer_start, answer_text):
 
 
 class SquadTask:
-    """SQuAD v1.1 or v2.0.
-
-    version: "1.1" or "2.0"; None until known. `read` sets it from the file
-    it reads (the file decides how it is scored); for examples made by hand
-    it is "2.0" exactly when some question is unanswerable.
-    doc_stride, max_query_len, max_answer_len, n_best, null_threshold: as
-    run_squad.py's flags, whose defaults they keep (docs/papers.md 3.2, 3.3).
-    settings: the task.json record of a fine-tuned folder; its values replace
-    the keyword arguments, so a model predicts as it was trained. `settings`
-    (the attribute) is what to save in task.json.
-    """
+    """SQuAD v1.1 or v2.0. version: "1.1" or "2.0"; None until known: `read`
+    sets it from the file (which decides how it is scored); for examples made
+    by hand it is "2.0" exactly when some question is unanswerable.
+    doc_stride, max_query_len, max_answer_len, n_best, null_threshold:
+    run_squad.py's, with its defaults (docs/papers.md 3.2, 3.3). settings: a
+    fine-tuned folder's task.json record, whose values replace the keyword
+    arguments."""
 
     name = "squad"
     labels = None
@@ -161,40 +132,23 @@ class SquadTask:
 
     def __init__(self, version=None, doc_stride=128, max_query_len=64, max_answer_len=30, n_best=20,
                  null_threshold=0.0, settings=None):
-        values = {"squad_version": version, "doc_stride": doc_stride, "max_query_len": max_query_len,
-                  "max_answer_len": max_answer_len, "n_best": n_best, "null_threshold": null_threshold}
-        values.update({key: settings[key] for key in SETTINGS if settings and key in settings})
-        self.version = _checked_version(values["squad_version"])
-        for key in ("doc_stride", "max_query_len", "max_answer_len", "n_best"):
-            if not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 1:
-                raise MiniBertError(f"squad: {key} must be a positive integer, got {values[key]!r}")
-        if not isinstance(values["null_threshold"], (int, float)) or not math.isfinite(values["null_threshold"]):
-            raise MiniBertError(f"squad: null_threshold must be a number, got {values['null_threshold']!r}")
-        self.doc_stride, self.max_query_len = values["doc_stride"], values["max_query_len"]
-        self.max_answer_len, self.n_best = values["max_answer_len"], values["n_best"]
-        self.null_threshold = float(values["null_threshold"])
+        given = (version, doc_stride, max_query_len, max_answer_len, n_best, null_threshold)
+        values = squad_settings(dict(zip(SQUAD_SETTINGS, given)), settings)
+        (self.version, self.doc_stride, self.max_query_len, self.max_answer_len, self.n_best,
+         self.null_threshold) = (values[key] for key in SQUAD_SETTINGS)
 
     @property
     def settings(self):
-        return {"squad_version": self.version, "doc_stride": self.doc_stride, "max_query_len": self.max_query_len,
-                "max_answer_len": self.max_answer_len, "n_best": self.n_best, "null_threshold": self.null_threshold}
+        """What task.json keeps, so that a loaded model predicts as it was trained."""
+        return dict(zip(SQUAD_SETTINGS, (self.version, self.doc_stride, self.max_query_len, self.max_answer_len,
+                                          self.n_best, self.null_threshold)))
 
     def read(self, path):
-        """The questions of a SQuAD JSON file (a list of SquadQuestion).
-
-        Only the version of the file is kept: `metrics` rebuilds the official
-        "data" structure from the questions themselves (`squad_dataset`), which
-        scores exactly as the file would and also scores a subset of it (a
-        held-out split) correctly."""
-        from minibert.tasks.readers import read_squad
+        """The questions of a SQuAD JSON file (a list of SquadQuestion). Only
+        the file's version is kept: `metrics` rebuilds the official "data"
+        from the questions, which also scores a held-out subset correctly."""
         questions, self.version, _ = read_squad(path)
         return questions
-
-    def split(self, examples, fraction, seed):
-        """(train, held out), whole articles on one side: questions on one
-        paragraph are never both trained on and evaluated."""
-        from minibert.tasks.readers import split_examples
-        return split_examples(examples, fraction, seed, group=lambda question: question.article)
 
     def version_of(self, examples):
         """"1.1" or "2.0": how `examples` are predicted and scored."""
@@ -206,12 +160,10 @@ class SquadTask:
 
     def features(self, examples, tokenizer, max_seq_len):
         """One feature per window of each question (see the module docstring).
-
         The question and the contexts are tokenized apart, without special
         tokens, by the `tokenizers` backend, whose offsets index the original
         text whatever the normalizer did (lower-casing, stripped accents).
-        Each distinct context is tokenized once: SQuAD asks about 5 questions
-        per paragraph."""
+        Each distinct context is tokenized once (about 5 questions each)."""
         backend = tokenizer.backend
         question_encodings = backend.encode_batch([example.question for example in examples], add_special_tokens=False)
         contexts = list(dict.fromkeys(example.context for example in examples))
@@ -226,13 +178,12 @@ class SquadTask:
         return features
 
     def question_features(self, index, example, question_ids, context_ids, spans, tokenizer, max_seq_len):
-        """The features of one question: `[CLS] question [SEP] window [SEP]`
-        for each window of its context."""
+        """`[CLS] question [SEP] window [SEP]` for each window of its context."""
         window_len = max_seq_len - len(question_ids) - 3   # [CLS] and two [SEP]
         if window_len < 1:
-            raise MiniBertError(f"question {example.id!r}: a question of {len(question_ids)} tokens leaves no room "
-                                f"for the context in max_seq_len {max_seq_len}; lower max_query_len "
-                                f"({self.max_query_len}) or raise max_seq_len")
+            raise MiniBertError(f"question {example.id!r}: a question of {len(question_ids)} tokens leaves no room for "
+                                f"the context in max_seq_len {max_seq_len}; lower max_query_len ({self.max_query_len}) "
+                                "or raise max_seq_len")
         windows = context_windows(len(context_ids), window_len, self.doc_stride)
         best_window = max_context_window(windows, len(context_ids))
         # Training targets come from the first answer, as in run_squad.py;
@@ -267,10 +218,8 @@ class SquadTask:
         """L = -(1/B) sum_i (log p_start[s_i] + log p_end[e_i]) / 2 over the
         batch's B features, p = softmax over the feature's positions ([BERT]
         4.2: "the log-likelihood of the correct start and end positions";
-        run_squad.py's total_loss halves their sum). Padding positions are
-        masked out of the softmax (run_squad.py pads every feature to
-        max_seq_len and does not mask them; here padding depends on the
-        batch, so it must not change the loss)."""
+        run_squad.py's total_loss halves their sum). Padding is masked out of
+        the softmax: it depends on the batch, so it must not change the loss."""
         start_logits, end_logits = masked_logits(logits, batch["attention_mask"])
         start_loss = F.cross_entropy(start_logits, batch["start_positions"])
         end_loss = F.cross_entropy(end_logits, batch["end_positions"])
@@ -280,9 +229,7 @@ class SquadTask:
         return {"span": len(batch["start_positions"])}
 
     def losses(self, logits, batch):
-        """The loss in training.train's form: B L, the SUM over this batch
-        (train divides the step's sum by the step's count; see
-        ClassificationTask.losses)."""
+        """B L, the SUM over this batch, in training.train's form (see ClassificationTask.losses)."""
         start_logits, end_logits = masked_logits(logits, batch["attention_mask"])
         both_right = ((start_logits.argmax(-1) == batch["start_positions"]) &
                       (end_logits.argmax(-1) == batch["end_positions"]))
@@ -298,9 +245,8 @@ class SquadTask:
     # ---- predictions and metrics -------------------------------------------
 
     def outputs(self, logits, batch):
-        """Per feature, a (2, real tokens) array: the start and end
-        probabilities of each token. Probabilities, not logits, so that an
-        ensemble averages numbers on the same scale."""
+        """Per feature, a (2, real tokens) array: the start and end probabilities
+        of each token (not logits: an ensemble averages numbers on one scale)."""
         start_logits, end_logits = masked_logits(logits, batch["attention_mask"])
         probabilities = torch.stack([start_logits.softmax(-1), end_logits.softmax(-1)], dim=1).cpu().numpy()
         lengths = batch["attention_mask"].sum(-1).tolist()
@@ -309,22 +255,19 @@ class SquadTask:
     def predict(self, examples, features, outputs):
         """The answer of each question, from the outputs of all its windows.
 
-        A span is scored log p_start + log p_end. run_squad.py adds the raw
-        start and end logits instead; logits of different windows (and of
-        different models) are not on one scale, while each window's
-        log-probabilities are, which is what lets an ensemble average them.
-        In each window the n_best most likely starts (among the tokens this
+        A span is scored log p_start + log p_end (run_squad.py adds the raw
+        logits, which are not on one scale across windows and models; each
+        window's log-probabilities are, so an ensemble can average them). In
+        each window the n_best most likely starts (among the tokens this
         window is the max-context window for) and ends (among its context
-        tokens) are paired, keeping start <= end and at most max_answer_len
-        tokens; the best pair over all windows is the answer, cut from the
-        original context. (run_squad.py takes the n_best among all tokens
-        and then drops those outside the context; taking them among the
-        context means a window always has a candidate.)
+        tokens, not all tokens as in run_squad.py, so a window always has a
+        candidate) are paired, start <= end, at most max_answer_len tokens;
+        the best pair over all windows is the answer, cut from the context.
 
-        SQuAD 2.0 (run_squad.py, docs/papers.md 3.3): score_null is the lowest
-        [CLS] score log p_start[0] + log p_end[0] over the windows,
-        score_diff = score_null - best span score, and the answer is "" iff
-        score_diff > null_threshold."""
+        SQuAD 2.0 (docs/papers.md 3.3): score_null is the lowest [CLS] score
+        log p_start[0] + log p_end[0] over the windows, score_diff =
+        score_null - best span score, and the answer is "" iff score_diff >
+        null_threshold."""
         version = self.version_of(examples)
         windows_of = [[] for _ in examples]
         for feature, output in zip(features, outputs):
@@ -366,13 +309,11 @@ class SquadTask:
         # end exercise
 
     def metrics(self, examples, predictions):
-        """evaluate-v1.1.py: exact_match, f1. evaluate-v2.0.py with the
-        null odds as its --na-prob-file: exact, f1, HasAns_*/NoAns_*, and
-        best_exact/best_f1 with their thresholds (what null_threshold should
-        be). The script is given each question's best span
-        (span_answers) and --na-prob-thresh null_threshold, so that exact
-        and f1 score the answers as predicted ("" exactly where the null odds
-        exceed the threshold) while the search can try every threshold."""
+        """evaluate-v1.1.py: exact_match, f1. evaluate-v2.0.py with the null
+        odds as its na_prob_file: exact, f1, HasAns_*/NoAns_*, best_exact/best_f1
+        and their thresholds (what null_threshold should be). Given the best
+        spans and na_prob_thresh = null_threshold, exact and f1 score the
+        answers as predicted, while the search can try every threshold."""
         dataset = squad_dataset(examples)
         if self.version_of(examples) == "1.1":
             return metrics.squad_v1_metrics(dataset, predictions.answers)
@@ -381,68 +322,9 @@ class SquadTask:
                                         na_prob_thresh=self.null_threshold)
 
     def has_gold(self, examples):
-        """Whether every question has its answers, or is marked unanswerable
-        (so the predictions can be scored)."""
+        """Whether every question has its answers or is unanswerable (so it can be scored)."""
         return all(example.answers or example.is_impossible for example in examples)
 
     def write_predictions(self, examples, predictions, path):
-        """The official predictions file {question id: answer} and, for SQuAD
-        2.0, {question id: score_diff} (the evaluate-v2.0.py --na-prob-file)
-        named after it: pred.json -> pred.null_odds.json, so that two
-        prediction runs in one folder keep their own. Returns the paths written."""
-        path = Path(path)
-        write_json(path, {example.id: predictions.answers[example.id] for example in examples})
-        if predictions.null_odds is None:
-            return [path]
-        null_odds_path = null_odds_file(path)
-        write_json(null_odds_path, {example.id: predictions.null_odds[example.id] for example in examples})
-        return [path, null_odds_path]
-
-
-def null_odds_file(path):
-    """Where the null odds of the predictions file `path` go: its name with
-    `.null_odds.json` in place of its suffix (pred.json -> pred.null_odds.json)."""
-    path = Path(path)
-    return path.with_name(path.stem + NULL_ODDS_SUFFIX)
-
-
-# ----------------------------------------------------------------------------
-# Helpers
-# ----------------------------------------------------------------------------
-
-
-def masked_logits(logits, attention_mask):
-    """(B, T, 2) logits -> start and end logits (B, T) each, in float32,
-    with padding at MASKED_LOGIT: its exp is 0, so padding gets no probability."""
-    logits = logits.float().masked_fill(attention_mask[:, :, None] == 0, MASKED_LOGIT)
-    return logits[..., 0], logits[..., 1]
-
-
-def top_positions(scores, allowed, n):
-    """The (at most) n positions of `allowed` with the highest scores, best first."""
-    return allowed[np.argsort(-scores[allowed], kind="stable")[:n]]
-
-
-def squad_dataset(questions):
-    """The official "data" structure (articles -> paragraphs -> qas) of a list
-    of SquadQuestion, in their order: what evaluate-v1.1.py and
-    evaluate-v2.0.py read. It holds exactly these questions, so a held-out
-    subset of a file is scored on itself alone."""
-    articles = {}
-    for question in questions:
-        article = articles.setdefault(question.article, {"title": question.title, "paragraphs": {}})
-        paragraph = article["paragraphs"].setdefault(question.context, {"context": question.context, "qas": []})
-        paragraph["qas"].append({"id": question.id, "question": question.question,
-                                 "answers": [{"text": text, "answer_start": start} for text, start in question.answers],
-                                 "is_impossible": question.is_impossible})
-    return [{"title": article["title"], "paragraphs": list(article["paragraphs"].values())}
-            for article in articles.values()]
-
-
-def _checked_version(version):
-    if version is None:
-        return None
-    version = str(version).removeprefix("v")
-    if version not in ("1.1", "2.0"):
-        raise MiniBertError(f"squad: unknown SQuAD version {version!r} (expected 1.1 or 2.0)")
-    return version
+        """{id: answer} and, for SQuAD 2.0, the null odds (task_files); returns the paths written."""
+        return write_squad_predictions(examples, predictions, path)

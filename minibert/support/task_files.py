@@ -1,8 +1,9 @@
-"""Readers for the fine-tuning datasets, one function per file format.
+"""The fine-tuning datasets' files: one reader per file format, the writers
+of each task's predictions, and the held-out split.
 
 BERT is fine-tuned on four kinds of task (Devlin et al., section 4), and each
 dataset comes in its own format. Every reader returns plain dataclasses, so
-finetune.py never needs to know where a file came from:
+the task objects (minibert/tasks/) never need to know where a file came from:
 
     read_sst2    SST-2: a GLUE TSV (sentence, label), or the Stanford
                  Sentiment Treebank's PTB trees         -> ClassificationExample
@@ -14,8 +15,13 @@ finetune.py never needs to know where a file came from:
     read_squad   SQuAD v1.1 and v2.0 JSON               -> SquadQuestion
     read_task_file(task, path)  any of the above, by task name
 
+and the writers of each task's predictions: write_classification_predictions
+(jsonl, or GLUE's submission TSV), write_conll_predictions (the input file
+plus a column), write_squad_predictions (the official {id: answer} JSON and
+its null odds).
+
 Labels are kept exactly as the data writes them ("0"/"1", "entailment", ...);
-tasks/registry.py's CLASSIFICATION_LABELS lists each task's labels. A file without a label column (a file
+task_registry.py's CLASSIFICATION_LABELS lists each task's labels. A file without a label column (a file
 to predict on, like GLUE's test TSVs) gives label None.
 
 Bad input raises `MiniBertError` with one line naming the file, the line
@@ -26,7 +32,8 @@ SQuAD files hold all their JSON on one line, so a SQuAD structure error names
 the place inside the JSON instead (e.g. `data[3].paragraphs[0].qas[7]`).
 
 Only dev files exist for SNLI and SQuAD in ../shared/data: `split_examples`
-makes a fixed, grouped train/held-out split of one file.
+makes a fixed, grouped train/held-out split of one file
+(`split_for_evaluation` picks each task's groups).
 """
 
 import collections
@@ -34,11 +41,12 @@ import json
 import random
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write, read_json_object
-from minibert.tasks.registry import CLASSIFICATION_LABELS
+from minibert.support.fileio import atomic_write, read_json_object, write_json
+from minibert.support.task_registry import CLASSIFICATION_LABELS, NER, SQUAD
 
 
 # SNLI (and MNLI) write "-" as the gold label when the annotators did not
@@ -72,6 +80,19 @@ class NerFile:
     file plus one column (`write_conll_predictions`)."""
     lines: list
     sentences: list
+
+
+class NerExamples(list):
+    """The sentences (NerSentence) of one CoNLL file, in file order, as the
+    NER task reads them.
+
+    A list, so that len() and iteration work as for every other task
+    (fine_tune counts its training examples), plus `ner_file`, the NerFile
+    they came from: its lines are what `write_conll_predictions` writes back."""
+
+    def __init__(self, ner_file):
+        super().__init__(ner_file.sentences)
+        self.ner_file = ner_file
 
 
 @dataclass
@@ -407,6 +428,27 @@ def read_qqp(path):
     return _read_glue_tsv(path, "qqp", ["question1", "question2"], "is_duplicate", [("id",)])
 
 
+def write_classification_predictions(examples, predictions, path):
+    """Write one (label, class probabilities) per example; returns the paths
+    written. A path ending in `.tsv` gets GLUE's submission format: the
+    header `index<TAB>prediction`, then each example's position in the file
+    (0 first, as a GLUE test file's own index column counts) and its label.
+    Anything else gets jsonl: one object per example, in file order, with its
+    id, label and class probabilities."""
+    if str(path).endswith(".tsv"):
+        with atomic_write(path, mode="w") as f:
+            f.write("index\tprediction\n")
+            for index, (label, _) in enumerate(predictions):
+                f.write(f"{index}\t{label}\n")
+        return [path]
+    with atomic_write(path, mode="w") as f:
+        for example, (label, probs) in zip(examples, predictions):
+            record = {"id": example.id} if example.id is not None else {}
+            record.update(label=label, probs=[round(float(p), 6) for p in probs])
+            f.write(json.dumps(record) + "\n")
+    return [path]
+
+
 # ----------------------------------------------------------------------------
 # Token classification: CoNLL-2003 NER
 # ----------------------------------------------------------------------------
@@ -470,6 +512,14 @@ def read_conll(path):
     if not sentences:
         raise MiniBertError(f"{path}: no sentences (only blank and -DOCSTART- lines)")
     return NerFile(lines, sentences)
+
+
+def ner_file_of(examples):
+    """The NerFile that `examples` (as NerTask.read returns them) came from."""
+    if not isinstance(examples, NerExamples):
+        raise MiniBertError("conll2003: write_predictions needs the examples NerTask.read returned "
+                            "(they keep the file's lines)")
+    return examples.ner_file
 
 
 def write_conll_predictions(ner_file, predicted_tags_per_sentence, path):
@@ -606,6 +656,66 @@ def check_answer_alignment(path, questions, refuse_most=False, shown=5):
             f"(questions {ids}{', ...' if len(misaligned) > shown else ''}); they are used as written")
 
 
+def squad_dataset(questions):
+    """The official "data" structure (articles -> paragraphs -> qas) of a list
+    of SquadQuestion, in their order: what evaluate-v1.1.py and
+    evaluate-v2.0.py read. It holds exactly these questions, so a held-out
+    subset of a file is scored on itself alone."""
+    articles = {}
+    for question in questions:
+        article = articles.setdefault(question.article, {"title": question.title, "paragraphs": {}})
+        paragraph = article["paragraphs"].setdefault(question.context, {"context": question.context, "qas": []})
+        paragraph["qas"].append({"id": question.id, "question": question.question,
+                                 "answers": [{"text": text, "answer_start": start} for text, start in question.answers],
+                                 "is_impossible": question.is_impossible})
+    return [{"title": article["title"], "paragraphs": list(article["paragraphs"].values())}
+            for article in articles.values()]
+
+
+# The null odds file is named after the predictions file (null_odds_file).
+NULL_ODDS_SUFFIX = ".null_odds.json"
+
+
+def null_odds_file(path):
+    """Where the null odds of the predictions file `path` go: its name with
+    `.null_odds.json` in place of its suffix (pred.json -> pred.null_odds.json)."""
+    path = Path(path)
+    return path.with_name(path.stem + NULL_ODDS_SUFFIX)
+
+
+@dataclass
+class SquadPredictions:
+    """What SquadTask.predict returns.
+    answers: {question id: answer text}, "" for "no answer".
+    null_odds: {question id: score_diff} for SQuAD 2.0 (None for 1.1): how
+    much more the model believes in "no answer" than in its best span.
+    span_answers: for SQuAD 2.0, {question id: the best span's text}, the
+    answer each question gets at a threshold high enough to answer it. The
+    threshold search scores these (what evaluate-v2.0.py expects its
+    predictions to be): with answers already blanked at null_threshold, no
+    lower threshold could ever find an answer."""
+    answers: dict
+    null_odds: Optional[dict] = None
+    span_answers: Optional[dict] = None
+
+    def __len__(self):
+        return len(self.answers)
+
+
+def write_squad_predictions(questions, predictions, path):
+    """The official predictions file {question id: answer} and, for SQuAD
+    2.0, {question id: score_diff} (the evaluate-v2.0.py --na-prob-file)
+    named after it: pred.json -> pred.null_odds.json, so that two prediction
+    runs in one folder keep their own. Returns the paths written."""
+    path = Path(path)
+    write_json(path, {question.id: predictions.answers[question.id] for question in questions})
+    if predictions.null_odds is None:
+        return [path]
+    null_odds_path = null_odds_file(path)
+    write_json(null_odds_path, {question.id: predictions.null_odds[question.id] for question in questions})
+    return [path, null_odds_path]
+
+
 # ----------------------------------------------------------------------------
 # Splits, and reading a file by task name
 # ----------------------------------------------------------------------------
@@ -643,6 +753,19 @@ def split_examples(examples, fraction, seed, group=None):
         raise MiniBertError(f"cannot hold out {fraction} of {len(examples)} examples in {len(groups)} "
                             f"groups: one side would be empty")
     return train, held_out
+
+
+def split_for_evaluation(task, examples, fraction, seed):
+    """(train, held out) of `task`'s examples with a fixed seed, for data sets
+    that come with only one labelled file here (SNLI, SQuAD dev). SQuAD keeps
+    whole articles on one side, so no paragraph is both trained on and
+    evaluated; SNLI keeps the hypotheses of one premise together."""
+    if task.name == NER:
+        raise MiniBertError("conll2003 has its own dev file (eng.testa): evaluate on it instead of holding out "
+                            "part of the training file")
+    if task.name == SQUAD:
+        return split_examples(examples, fraction, seed, group=lambda question: question.article)
+    return split_examples(examples, fraction, seed, group=lambda example: example.text_a)
 
 
 TASK_READERS = {

@@ -1,7 +1,7 @@
 """The one table of the fine-tuning tasks and their labels.
 
-Every script, reader and task object reads the task names and each
-classification task's labels from here (minibert.tasks re-exports them).
+Every script, file reader (task_files.py) and task object (minibert/tasks/)
+reads the task names and each classification task's labels from here.
 """
 
 # Each sentence(-pair) classification task's labels, as written in its files;

@@ -1,4 +1,4 @@
-"""minibert.tasks.readers: every reader on small files written here in the
+"""minibert.support.task_files: every reader on small files written here in the
 datasets' exact formats, the grouped split, the errors for bad input, and
 (where ../shared/data exists) the example counts of the real files."""
 
@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.tasks.readers import (ClassificationExample, SquadQuestion, check_answer_alignment, detect_format,
-                                    misaligned_answers, read_conll, read_mnli, read_mrpc, read_qqp, read_snli,
-                                    read_squad, read_sst2, read_task_file, split_examples, write_conll_predictions)
+from minibert.support.task_files import (ClassificationExample, SquadQuestion, check_answer_alignment,
+                                         detect_format, misaligned_answers, read_conll, read_mnli, read_mrpc, read_qqp,
+                                         read_snli, read_squad, read_sst2, read_task_file, split_examples,
+                                         split_for_evaluation, write_conll_predictions)
+from minibert.tasks import make_task
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -317,6 +319,20 @@ def test_split_keeps_whole_articles_on_one_side():
     assert len(train) + len(held_out) == len(questions)
     largest_article = 12
     assert 0.2 * len(questions) <= len(held_out) < 0.2 * len(questions) + largest_article
+
+
+def test_split_for_evaluation_keeps_squad_articles_and_snli_premises_whole():
+    questions = [SquadQuestion(f"{a}-{i}", "?", "the cat sat .", [("cat", 4)], False, a, "title")
+                 for a in range(10) for i in range(3)]
+    train, held_out = split_for_evaluation(make_task("squad"), questions, 0.2, seed=0)
+    assert len(held_out) == 6 and len(train) == 24
+    assert not {q.article for q in train} & {q.article for q in held_out}
+    pairs = [ClassificationExample(f"premise {p}", f"hypothesis {h}", "neutral", None, 1)
+             for p in range(10) for h in range(3)]
+    train, held_out = split_for_evaluation(make_task("snli"), pairs, 0.2, seed=0)
+    assert len(held_out) == 6 and not {e.text_a for e in train} & {e.text_a for e in held_out}
+    with pytest.raises(MiniBertError, match="conll2003 has its own dev file"):
+        split_for_evaluation(make_task("conll2003"), [], 0.2, seed=0)
 
 
 def test_split_refuses_a_bad_fraction_or_one_group():
