@@ -7,7 +7,7 @@ import pytest
 from minibert.support.errors import MiniBertError
 from minibert.support.token_cache import (TokenCache, build_token_cache, check_token_cache, is_token_cache,
                                           read_documents, split_sentences)
-from minibert.tokenization import train_wordpiece
+from minibert.tokenization import Tokenizer
 
 
 def test_sentence_splitter_keeps_abbreviation_free_sentences_apart():
@@ -24,7 +24,7 @@ def test_a_blank_line_or_a_new_file_starts_a_new_document(tmp_path):
 def test_the_cache_holds_every_sentence_once_and_is_reused_for_the_same_inputs(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("The cat sat. The dog ran.\n\nA bird sang.\n", encoding="utf-8")
-    tokenizer = train_wordpiece([corpus], vocab_size=60, do_lower_case=True)
+    tokenizer = Tokenizer.train_wordpiece([corpus], vocab_size=60, do_lower_case=True)
     folder = build_token_cache([corpus], tokenizer, tmp_path / "cache", progress=False)
     assert is_token_cache(folder) and not is_token_cache(tmp_path)
     cache = TokenCache(check_token_cache(folder, tokenizer))
@@ -32,7 +32,7 @@ def test_the_cache_holds_every_sentence_once_and_is_reused_for_the_same_inputs(t
     first = tokenizer.backend.encode("The cat sat.", add_special_tokens=False).ids
     assert np.asarray(cache.sentence(0)).tolist() == first
     assert build_token_cache([corpus], tokenizer, tmp_path / "cache", progress=False) == folder
-    other = train_wordpiece([corpus], vocab_size=60, do_lower_case=False)
+    other = Tokenizer.train_wordpiece([corpus], vocab_size=60, do_lower_case=False)
     with pytest.raises(MiniBertError, match="made with a different vocabulary"):
         check_token_cache(folder, other)
     assert build_token_cache([corpus], other, tmp_path / "cache", progress=False) != folder
