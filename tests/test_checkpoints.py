@@ -595,8 +595,10 @@ def test_huge_vocabulary_next_to_a_small_file_is_refused_before_allocating(tmp_p
 
 def test_a_million_layers_next_to_a_three_layer_file_is_refused_at_once(tmp_path):
     saved_tiny(tmp_path)
-    edit_config(tmp_path, num_hidden_layers=10**6)
-    one_line_error(tmp_path, "asks for 1000000 distinct layers", "file holds only")
+    edit_config(tmp_path, num_hidden_layers=10**6)         # beyond any model: refused by the config's limit
+    one_line_error(tmp_path, "'num_hidden_layers' = 1000000: expected at most 1,000 layers")
+    edit_config(tmp_path, num_hidden_layers=900)           # within the limit: the file's three layers say no
+    one_line_error(tmp_path, "asks for 900 distinct layers", "file holds only")
 
 
 def test_weights_with_an_unexpected_head(tmp_path):

@@ -369,7 +369,9 @@ def test_config_that_disagrees_is_refused_before_allocating(tmp_path):
     one_line_error(tmp_path, "word_embeddings.weight: config says [1000000000, 32], file has [99, 32]")
     assert time.perf_counter() - started < 5
     (tmp_path / "config.json").write_text(json.dumps({**values, "num_hidden_layers": 10**6}))
-    one_line_error(tmp_path, "asks for 1000000 distinct layers", "file holds only")
+    one_line_error(tmp_path, "'num_hidden_layers' = 1000000: expected at most 1,000 layers")
+    (tmp_path / "config.json").write_text(json.dumps({**values, "num_hidden_layers": 900}))
+    one_line_error(tmp_path, "asks for 900 distinct layers", "file holds only")
     (tmp_path / "config.json").write_text(json.dumps({**values, "position_buckets": 1}))
     one_line_error(tmp_path, str(tmp_path / "config.json"), "'position_buckets'")
     (tmp_path / "config.json").write_text(json.dumps({**values, "model_type": "gpt2"}))
