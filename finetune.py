@@ -206,7 +206,7 @@ def check_answers(task, path, examples, training=False):
 def fine_tune(args):
     from pathlib import Path
 
-    from minibert import finetuning
+    from minibert.runs import finetuning as finetuning_run
     from minibert.support.errors import MiniBertError
     from minibert.support.folders import lock_output, recover_folder
     from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
@@ -247,7 +247,7 @@ def fine_tune(args):
     if args.max_train_examples:                      # after the split: the held-out part stays whole
         examples = examples[:args.max_train_examples]
     max_seq_len = args.max_seq_len or (384 if args.task == "squad" else 128)
-    summary = finetuning.fine_tune(
+    summary = finetuning_run.fine_tune(
         task, args.model, examples, eval_examples, output, epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.lr, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
         max_seq_len=max_seq_len, warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed,
@@ -276,7 +276,7 @@ def fine_tune(args):
 def predict_or_evaluate(args):
     from pathlib import Path
 
-    from minibert import finetuning
+    from minibert.runs import finetuning as finetuning_run
     from minibert.support.fileio import write_json
     from minibert.support.outputs import check_output_file
     from minibert.support.reports import format_metrics
@@ -296,7 +296,7 @@ def predict_or_evaluate(args):
 
     def held_out(task, examples):          # what fine-tuning with this --split-eval and --seed held out
         return split_for_evaluation(task, examples, args.split_eval, args.seed)[1]
-    task, examples, predictions = finetuning.predict(folders, path, make_task, device=args.device,
+    task, examples, predictions = finetuning_run.predict(folders, path, make_task, device=args.device,
                                                      batch_size=args.eval_batch_size, bf16=args.bf16, progress=not args.quiet,
                                                      overrides=overrides,
                                                      select=None if args.split_eval is None else held_out)

@@ -248,12 +248,13 @@ def deberta_config_from_flags(args, vocab_size, pad_token_id):
 def main(argv=None):
     args = parse_args(argv)
     from minibert.support.fileio import write_json
-    from minibert.runs.pretraining import (check_max_seq_len, check_output_folder, check_pair_objective,
-                                      is_deberta, pretrain, read_model_config, split_heldout, text_files)
+    from minibert.runs.pretraining import (check_max_seq_len, check_pair_objective, is_deberta, pretrain,
+                                           read_model_config, split_heldout, text_files)
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.
+    from minibert.support.fileio import LEFTOVER
     from minibert.support.outputs import (check_apart_from_inputs, check_not_in_model_folder, check_output_files,
-                                          resume_from_checkpoint)
+                                          check_output_folder, resume_from_checkpoint)
     inputs = {"--corpus": args.corpus, "--heldout-corpus": args.heldout_corpus, "--vocab": args.vocab,
               "--config": args.config}
     check_output_files(args, inputs, owned={"--output": args.output, "--cache-dir": args.cache_dir})
@@ -273,7 +274,8 @@ def main(argv=None):
         raise MiniBertError("--heldout holds out every corpus file: nothing left to train on")
     from minibert.support.folders import lock_output
     lock_output(args.output)                       # one run per folder: a second one stops here
-    check_output_folder(args.output, resume=args.resume, force=args.force)
+    check_output_folder(args.output, args.force, resume=args.resume,       # a token cache and a killed writer's
+                        ignore=lambda name: name == "cache" or LEFTOVER.fullmatch(name))   # files do not count
     config = read_model_config(args.config) if args.config else None     # BERT's three config files, or DeBERTa's
     if config is not None:
         check_max_seq_len(args.max_seq_len, config)

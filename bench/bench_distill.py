@@ -55,8 +55,9 @@ from minibert.support.student_config import StudentConfig  # noqa: E402
 from minibert.support.student_folder import load_student  # noqa: E402
 from minibert.support.student_inputs import WordTokenizer, build_vocabulary, collate_student  # noqa: E402
 from minibert.support.words import split_words  # noqa: E402
-from minibert.finetuning import TaskModel, add_pooler_if_missing, collate, load_task_model  # noqa: E402
-from minibert.heads import IGNORE_INDEX  # noqa: E402
+from minibert.finetuning import TaskModel, collate  # noqa: E402
+from minibert.runs.finetuning import load_task_model  # noqa: E402
+from minibert.heads import IGNORE_INDEX, add_pooler_if_missing  # noqa: E402
 from minibert.lstm import BiLSTMClassifier  # noqa: E402
 from minibert.model import BertConfig, BertModel  # noqa: E402
 from minibert.tasks import make_task  # noqa: E402

@@ -57,8 +57,8 @@ import transformers
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.common import environment  # noqa: E402
 from minibert.checkpoints import load_pretrained  # noqa: E402
-from minibert.finetuning import (LengthGroupedBatches, TaskModel, add_pooler_if_missing, collate,  # noqa: E402
-                                 model_logits)
+from minibert.finetuning import LengthGroupedBatches, TaskModel, collate, model_logits  # noqa: E402
+from minibert.heads import add_pooler_if_missing  # noqa: E402
 from minibert.tasks.classification import ClassificationTask  # noqa: E402
 from minibert.tokenization import load_tokenizer  # noqa: E402
 from minibert.training import make_optimizer, warmup_then_linear_decay  # noqa: E402

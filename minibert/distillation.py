@@ -12,7 +12,7 @@ training set. This file reads in the paper's order ([Tang] section 3):
   4. THE loss ("Distillation Objective"), on logits:
          L = alpha * CE(z^(S), gold label) + (1 - alpha) * ||z^(B) - z^(S)||^2
 
-The run (training.train with Adadelta, the best epoch kept) is in
+The run (runs.training.train with Adadelta, the best epoch kept) is in
 minibert/runs/distillation.py. [Tang] Tang, Lu, Liu, Mou, Vechtomova, Lin
 2019, arXiv:1903.12136; the authors' code castorini/d-bert (docs/papers.md 2.2).
 """
@@ -131,7 +131,7 @@ def distillation_loss(z_student, z_teacher, labels, alpha, distill_term="mse", u
     An augmented sample has no gold label (IGNORE_INDEX): only L_distill sees
     it, unless unlabelled="teacher" gives it the teacher's argmax as its label
     (ce_targets). Returns (L, sums): each weighted term summed over the batch
-    (a term of weight 0 left out); training.train divides each sum by
+    (a term of weight 0 left out); training.training_step divides each sum by
     `averaged_over` for its whole step, which is L."""
     labels = ce_targets(labels, z_teacher, unlabelled)
     # exercise: distillation-loss
@@ -168,7 +168,7 @@ def averaged_over(labels, alpha):
 
 
 class DistillationObjective:
-    """distillation_loss in training.train's objective interface. Each term's
+    """distillation_loss in training.training_step's objective interface. Each term's
     "accuracy" is the student's agreement with the teacher's argmax (distill)
     or with the gold label (gold)."""
 

@@ -14,7 +14,7 @@ the same code as BERT's).
 
 The run around it (the corpus, the output folder, resume, saving the model)
 is minibert/runs/pretraining.py, which train_mlm.py starts; the loop itself
-is training.train.
+is training.training_step.
 """
 
 import math
@@ -43,7 +43,7 @@ def masked_lm_loss(model, batch):
 
 
 class MaskedLMObjective:
-    """Loss terms for `training.train`: "mlm", plus "nsp" or "sop" when the
+    """Loss terms for `training.training_step`: "mlm", plus "nsp" or "sop" when the
     batches carry sentence-pair labels."""
 
     def __init__(self, pair_objective="none"):

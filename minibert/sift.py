@@ -37,7 +37,7 @@ xxlarge-v2 SiFT runs in experiments/glue/mnli.sh; v3-xsmall uses 3; run.py's
 own default 0 means "off").
 
 Here it is a wrapper around a task object's objective (`SiftObjective`), so
-training.train runs it unchanged, under DistributedDataParallel and bf16
+runs.training.train runs it unchanged, under DistributedDataParallel and bf16
 autocast too. Which output distributions the symmetric KL compares is the
 task's to say, `task.distributions(logits, batch) -> (rows, weight)`: one
 softmax row per example (classification), per labelled word piece (NER), or
@@ -184,7 +184,7 @@ def initial_delta(shape, init_scale, device=None):
     """delta ~ N(0, sigma^2) clipped to [-2 sigma, 2 sigma], float32 (deberta.md
     section 5, step 2). Clipping (not resampling) leaves about 4.6% of the
     values at +-2 sigma and a std of about 0.959 sigma. Drawn from torch's
-    global generator, which training.train re-seeds every step, so a
+    global generator, which runs.training.train re-seeds every step, so a
     resumed run draws the same perturbations."""
     delta = torch.randn(shape, device=device, dtype=torch.float32) * init_scale
     return delta.clamp(-2 * init_scale, 2 * init_scale)
@@ -238,11 +238,11 @@ def forward(model, batch):
 
 
 class SiftObjective:
-    """training.train's objective (counts / losses) for a task, with SiFT.
+    """training.training_step's objective (counts / losses) for a task, with SiFT.
 
     losses(model, batch) returns the task's own term unchanged plus a term
     "sift" = lambda * sum of the SKLs, averaged over the task's items, so
-    the total training.train minimises is  l + lambda * l_adv. In the
+    the total training.training_step minimises is  l + lambda * l_adv. In the
     training log, sift_loss is lambda * l_adv and sift_accuracy the share of
     items whose perturbed prediction equals the clean one.
 
@@ -307,7 +307,7 @@ class SiftObjective:
             perturbation.normalized = None                             # free the (B, T, E) tensor
         rows, weight = self.task.distributions(adversarial_logits, batch)
         clean_rows, _ = self.task.distributions(logits, batch)
-        divergence = weight * symmetric_kl(rows, clean_rows).sum()    # sum over items: training.train divides
+        divergence = weight * symmetric_kl(rows, clean_rows).sum()    # sum over items: training.training_step divides
         agree = weight * (rows.argmax(-1) == clean_rows.argmax(-1)).sum()
         terms[self.TERM] = (self.config.lambda_ * divergence, agree)
         return terms

@@ -22,7 +22,7 @@ from minibert.support.student_config import StudentConfig
 from minibert.support.student_inputs import WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
-from minibert.training import Context, TrainingConfig, train
+from minibert.runs.training import Context, TrainingConfig, train
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 
@@ -64,7 +64,7 @@ def test_the_loss_is_alpha_ce_on_gold_labels_plus_one_minus_alpha_mse_on_logits(
     expected = alpha * ce + (1 - alpha) * mse
     assert float(distillation_loss(student, teacher, labels, alpha)[0]) == pytest.approx(expected, rel=1e-6)
 
-    # what training.train does with the objective: each term's sum over its count, added
+    # what training.training_step does with the objective: each term's sum over its count, added
     batch = {"input_ids": torch.ones(3, 2, dtype=torch.long), "attention_mask": torch.ones(3, 2),
              "labels": labels, "teacher_logits": teacher}
     objective = DistillationObjective(alpha)

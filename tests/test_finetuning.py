@@ -1,5 +1,5 @@
-"""minibert/finetuning.py on a tiny model and tiny data, in seconds: the step
-written out equals training.train, batching with its collate hook, run_model,
+"""minibert/finetuning.py and its run (minibert/runs/finetuning.py) on a tiny
+model and tiny data, in seconds: the run's steps are training.training_step, batching with its collate hook, run_model,
 the best-epoch rule, the sentence classification run end to end, the saved
 folder, ensembles and resume. (finetune.py's command line: test_finetune.py.)"""
 
@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from minibert import finetuning
+from minibert.runs import finetuning as finetuning_run
+from minibert import heads
 from minibert.checkpoints import load_pretrained
 from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
@@ -21,7 +23,8 @@ from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
 from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask
-from minibert.training import TrainingConfig, make_optimizer, setup_context, train, warmup_then_linear_decay
+from minibert.training import make_optimizer, training_step, warmup_then_linear_decay
+from minibert.runs.training import TrainingConfig, setup_context, train
 from tiny_models import BagOfWordsClassifier, random_batch, tiny_config, write_toy_sst2
 
 
@@ -37,7 +40,7 @@ def tune(setup, output, **kwargs):
     task = ClassificationTask("sst2")
     options = dict(epochs=3, batch_size=16, learning_rate=3e-3, warmup=0.1, seed=0, progress=False, max_seq_len=32)
     options.update(kwargs)
-    return finetuning.fine_tune(task, root / "base", task.read(train_file), task.read(dev), output, **options)
+    return finetuning_run.fine_tune(task, root / "base", task.read(train_file), task.read(dev), output, **options)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +71,9 @@ def sst2_batches(count, seed=0, vocab_size=40):
 # ----------------------------------------------------------------------------
 
 
-def test_fine_tuning_step_three_times_gives_the_weights_training_train_gives():
+def test_three_training_steps_by_hand_give_the_weights_the_run_gives():
+    # The run (runs.training.train) takes the lesson's training_step once per
+    # step: three calls by hand, with the run's dropout seeds, give its weights.
     looped, task = tiny_classifier()
     stepped = copy.deepcopy(looped)
     batches = sst2_batches(3)
@@ -81,38 +86,14 @@ def test_fine_tuning_step_three_times_gives_the_weights_training_train_gives():
     scheduler = warmup_then_linear_decay(optimizer, warmup_steps=1, total_steps=3)
     losses = []
     for step, batch in enumerate(batches):
-        torch.manual_seed(seed_from(5, "dropout", step, 0))        # training.train's dropout seed of this step
-        losses.append(finetuning.fine_tuning_step(stepped, batch, optimizer, scheduler, max_grad_norm=1.0))
+        torch.manual_seed(seed_from(5, "dropout", step, 0))        # runs.training.train's dropout seed of this step
+        stats = training_step(stepped, [batch], finetuning.Objective(task), optimizer, scheduler, max_grad_norm=1.0)
+        losses.append(stats["classification"][0].item() / 3)         # the summed loss over the batch's 3 sentences
 
     assert all(np.isfinite(losses)) and losses[0] == pytest.approx(np.log(2), abs=0.1)   # a fresh head: about ln 2
     for (name, a), (_, b) in zip(looped.named_parameters(), stepped.named_parameters()):
-        assert (a - b).abs().max() <= 1e-6, name
+        assert torch.equal(a, b), name
     assert any((a != b).any() for a, b in zip(looped.parameters(), tiny_classifier()[0].parameters()))  # it moved
-
-
-def test_exercise_fine_tuning_step_is_the_mean_cross_entropy_clipped_then_one_step():
-    model = BagOfWordsClassifier(seed=3)          # a stand-in: this exercise needs none of the model's
-    copy_of_model = copy.deepcopy(model)
-    batch = sst2_batches(1, seed=4)[0]
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
-    torch.manual_seed(0)
-    loss = finetuning.fine_tuning_step(model, batch, optimizer, scheduler, max_grad_norm=0.01)
-    # By hand on the copy: the same dropout draws, L = mean -log p(gold), gradients scaled to norm 0.01.
-    copy_of_model.train()
-    torch.manual_seed(0)
-    logits = copy_of_model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    expected_loss = -logits.float().log_softmax(-1)[torch.arange(3), batch["labels"]].mean()
-    expected_loss.backward()
-    gradients = [p.grad for p in copy_of_model.parameters()]
-    norm = torch.sqrt(sum((g ** 2).sum() for g in gradients))
-    assert norm > 0.01                                             # so clipping matters here
-    assert loss == pytest.approx(expected_loss.item(), rel=1e-6)
-    for (name, after), before, g in zip(model.named_parameters(), copy_of_model.parameters(), gradients):
-        torch.testing.assert_close(after, before - 0.5 * g * (0.01 / (norm + 1e-6)), rtol=1e-4, atol=1e-7,
-                                   msg=lambda text, name=name: f"{name} after the step: {text}")
-        assert after.grad is None                                  # the step leaves no gradient behind
-    assert scheduler.get_last_lr() == [0.25]                       # the schedule moved on by one step
 
 
 # ----------------------------------------------------------------------------
@@ -128,15 +109,6 @@ def test_the_task_model_drops_what_fine_tuning_does_not_train():
     token_model = finetuning.TaskModel(BertModel(tiny_config(40)), make_task("conll2003", labels=["O"]).make_head(
         base_model.config), uses_pooler=False)
     assert token_model.base_model.pooler is None
-
-
-def test_a_checkpoint_written_with_encoder_keys_still_loads():
-    model, _ = tiny_classifier(seed=0)
-    other, _ = tiny_classifier(seed=1)
-    old_names = {key.replace("base_model.", "encoder.", 1): value for key, value in model.state_dict().items()}
-    assert any(key.startswith("encoder.") for key in old_names)
-    other.load_state_dict(old_names)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
 
 
 # ----------------------------------------------------------------------------
@@ -211,14 +183,14 @@ def test_run_model_gives_one_output_per_feature_in_their_order():
 def test_best_epoch_saves_only_when_the_main_metric_improves():
     scores = iter([70.0, 80.0, 75.0, 81.0])
     saved = []
-    best = finetuning.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": next(scores), "model": model},
+    best = finetuning_run.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": next(scores), "model": model},
                                 save=lambda model, metrics: saved.append((model, metrics["accuracy"])))
     assert best.best is None
     assert [best(f"epoch{i}") for i in range(4)] == [{"accuracy": v} for v in (70.0, 80.0, 75.0, 81.0)]
     assert saved == [("epoch0", 70.0), ("epoch1", 80.0), ("epoch3", 81.0)]
     assert [m["accuracy"] for m in best.history] == [70.0, 80.0, 75.0, 81.0] and best.best["accuracy"] == 81.0
 
-    resumed = finetuning.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": 79.0},
+    resumed = finetuning_run.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": 79.0},
                                    save=lambda model, metrics: saved.append(model), previous={"accuracy": 80.0})
     resumed("epoch4")
     assert saved[-1] == ("epoch3", 81.0) and resumed.best == {"accuracy": 80.0}   # 79 does not beat the saved 80
@@ -245,19 +217,19 @@ def test_a_checkpoint_without_pooler_gets_a_fresh_one_named_in_the_load_report(s
     root, _, _ = setup
     base_model = load_pretrained(root / "base")
     assert base_model.pooler is None
-    assert finetuning.add_pooler_if_missing(base_model) is True
+    assert heads.add_pooler_if_missing(base_model) is True
     assert base_model.pooler is not None
     assert ("pooler.dense", "not in the checkpoint: freshly initialised for fine-tuning") in base_model.load_report.skipped
-    assert finetuning.add_pooler_if_missing(base_model) is False          # a second call keeps the first pooler
+    assert heads.add_pooler_if_missing(base_model) is False          # a second call keeps the first pooler
 
 
 def test_the_saved_folder_loads_back_to_the_same_outputs(tuned, setup):
     folder, _ = tuned
     _, _, dev = setup
-    model, task, tokenizer, record = finetuning.load_task_model(folder, make_task)
+    model, task, tokenizer, record = finetuning_run.load_task_model(folder, make_task)
     assert task.name == "sst2" and record["max_seq_len"] == 32
     features = task.features(task.read(dev), tokenizer, 32)
-    again, *_ = finetuning.load_task_model(folder, make_task)
+    again, *_ = finetuning_run.load_task_model(folder, make_task)
     a = finetuning.run_model(model, features, tokenizer.pad_id, task.outputs, progress=False)
     b = finetuning.run_model(again, features, tokenizer.pad_id, task.outputs, progress=False)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
@@ -274,17 +246,17 @@ def test_a_folder_whose_vocabulary_was_replaced_does_not_load(tuned, tmp_path):
     tokens[-1], tokens[-2] = tokens[-2], tokens[-1]              # the same size, two ids swapped
     (copy / "vocab.txt").write_text("\n".join(tokens) + "\n")
     with pytest.raises(MiniBertError, match="are not the vocabulary it was fine-tuned with"):
-        finetuning.load_task_model(copy, make_task)
+        finetuning_run.load_task_model(copy, make_task)
 
 
 def test_a_head_of_another_shape_or_a_plain_folder_is_a_one_line_error(tuned, setup, tmp_path):
     folder, _ = tuned
     root, _, _ = setup
     with pytest.raises(MiniBertError, match="not a fine-tuned model folder"):
-        finetuning.read_task_record(root / "base")
+        finetuning_run.read_task_record(root / "base")
     with pytest.raises(MiniBertError, match=r"model.safetensors: does not fit the sst2 head with 3 labels "
                                            r"\(classifier.weight has shape \[2, 32\], the head needs \[3, 32\]\)"):
-        finetuning.load_task_model(folder, lambda name, labels, settings: make_task("snli"))
+        finetuning_run.load_task_model(folder, lambda name, labels, settings: make_task("snli"))
 
 
 def test_an_ensemble_of_two_averages_the_members_probabilities(tuned, setup):
@@ -293,9 +265,9 @@ def test_an_ensemble_of_two_averages_the_members_probabilities(tuned, setup):
     other = root / "run_seed1"
     if not other.exists():
         tune(setup, other, seed=1, epochs=1)
-    task_a, examples, single_a = finetuning.predict([folder], dev, make_task, progress=False)
-    _, _, single_b = finetuning.predict([other], dev, make_task, progress=False)
-    _, _, both = finetuning.predict([folder, other], dev, make_task, progress=False)
+    task_a, examples, single_a = finetuning_run.predict([folder], dev, make_task, progress=False)
+    _, _, single_b = finetuning_run.predict([other], dev, make_task, progress=False)
+    _, _, both = finetuning_run.predict([folder, other], dev, make_task, progress=False)
     for (_, a), (_, b), (label, averaged) in zip(single_a, single_b, both):
         assert np.allclose(averaged, (a + b) / 2, atol=1e-6)
         assert label == task_a.labels[int(np.argmax(averaged))]
@@ -315,7 +287,7 @@ def test_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path):
 def test_task_json_names_the_bundled_model_by_the_name_that_loads_it(setup, tmp_path):
     root, train_file, _ = setup
     task = ClassificationTask("sst2")
-    finetuning.fine_tune(task, None, task.read(train_file)[:16], None, tmp_path / "run", max_steps=1, batch_size=16,
+    finetuning_run.fine_tune(task, None, task.read(train_file)[:16], None, tmp_path / "run", max_steps=1, batch_size=16,
                          max_seq_len=32, progress=False)
     record = json.loads((tmp_path / "run" / "task.json").read_text())
     assert record["base_model"] == "minibert-gutenberg"                       # not "None"

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from minibert import finetuning
+from minibert.runs import finetuning as finetuning_run
+from minibert import heads
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.checkpoints.safetensors import load_safetensors
 from minibert.deberta import DebertaConfig, DebertaModel, DebertaPooler
@@ -60,7 +62,7 @@ def test_the_base_folder_has_the_emd_table_and_no_pooler(setup):
 def test_a_deberta_gets_debertas_pooler_and_drops_the_table_with_the_mlm_head(setup):
     base, _, _ = setup
     encoder = load_pretrained(base)
-    finetuning.add_pooler_if_missing(encoder)
+    heads.add_pooler_if_missing(encoder)
     assert type(encoder.pooler) is DebertaPooler                 # GELU, not BERT's tanh Pooler
     assert ("pooler.dense", "not in the checkpoint: freshly initialised for fine-tuning") in encoder.load_report.skipped
     task = ClassificationTask("sst2")
@@ -78,7 +80,7 @@ def test_a_bert_still_gets_berts_tanh_pooler():
     from minibert.model import BertModel
     from tiny_models import tiny_config
     encoder = BertModel(tiny_config(40), with_pooler=False, with_pair_head=False)
-    finetuning.add_pooler_if_missing(encoder)
+    heads.add_pooler_if_missing(encoder)
     assert type(encoder.pooler) is Pooler
 
 
@@ -91,15 +93,15 @@ def test_a_position_biased_deberta_keeps_its_table_when_fine_tuned():
 def test_fine_tuned_deberta_learns_and_reloads_to_the_same_logits(setup, tmp_path, monkeypatch):
     base, train, dev = setup
     saved = []                                   # a copy of the model each time fine_tune saves the folder
-    original_save = finetuning.save_task_model
+    original_save = finetuning_run.save_task_model
 
     def save_and_keep_a_copy(model, *args, **kwargs):
         saved.append(copy.deepcopy(model).eval())
         return original_save(model, *args, **kwargs)
 
-    monkeypatch.setattr(finetuning, "save_task_model", save_and_keep_a_copy)
+    monkeypatch.setattr(finetuning_run, "save_task_model", save_and_keep_a_copy)
     task = ClassificationTask("sst2")
-    summary = finetuning.fine_tune(task, base, task.read(train), task.read(dev), tmp_path / "run", epochs=3,
+    summary = finetuning_run.fine_tune(task, base, task.read(train), task.read(dev), tmp_path / "run", epochs=3,
                                    batch_size=16, learning_rate=3e-3, warmup=0.1, seed=0, progress=False,
                                    max_seq_len=32)
     losses = [record["classification_loss"] for record in summary["history"] if "classification_loss" in record]
@@ -108,7 +110,7 @@ def test_fine_tuned_deberta_learns_and_reloads_to_the_same_logits(setup, tmp_pat
 
     files = load_safetensors(tmp_path / "run" / "model.safetensors")
     assert POSITION_TABLE not in files and "pooler.dense.weight" in files
-    reloaded, _, tokenizer, record = finetuning.load_task_model(tmp_path / "run", make_task)
+    reloaded, _, tokenizer, record = finetuning_run.load_task_model(tmp_path / "run", make_task)
     assert type(reloaded.base_model.pooler) is DebertaPooler and record["metrics"] == summary["best"]
     batch = finetuning.collate(task.features(task.read(dev), tokenizer, 32), tokenizer.pad_id)
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from minibert import finetuning
+from minibert.runs import finetuning as finetuning_run
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.heads import add_pooler_if_missing
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
-from minibert.support.folders import save_weights, write_record
+from minibert.support.folders import write_record
 from minibert.tasks import make_task
 from minibert.tokenization import load_tokenizer
 from tiny_models import random_batch, tiny_config, write_sst2, write_vocab
@@ -60,7 +61,7 @@ def fine_tuned_folder(root, family, task_name):
         for parameter in tuned.head.parameters():
             parameter.normal_(0, 0.5)
     folder = root / f"{family}-{task_name}"
-    finetuning.save_task_model(tuned, task, load_tokenizer(base), folder, {"max_seq_len": 32, "base_model": str(base)})
+    finetuning_run.save_task_model(tuned, task, load_tokenizer(base), folder, {"max_seq_len": 32, "base_model": str(base)})
     return folder, tuned
 
 
@@ -117,7 +118,7 @@ def test_transformers_auto_class_loads_the_folder_with_minibert_logits(tmp_path,
     real = inputs[1].bool() if kind != "sentence" else slice(None)   # padding's outputs are read by no task
     assert torch.allclose(expected[real], ours[real], atol=1e-5)
 
-    loaded, task, _, record = finetuning.load_task_model(folder, make_task)       # and minibert reads it back
+    loaded, task, _, record = finetuning_run.load_task_model(folder, make_task)       # and minibert reads it back
     assert task.name == task_name and record["max_seq_len"] == 32
     assert torch.equal(minibert_logits(loaded, inputs), ours)
 
@@ -131,7 +132,7 @@ def test_the_text_classification_pipeline_gives_minibert_labels_and_probabilitie
     rows = [[str(i), "0", "0", "g", "-", "-", "-", "-", a, b, "neutral", "neutral"]
             for i, (a, b) in enumerate([(sentences[0], sentences[1]), (sentences[1], sentences[0])])]
     data.write_text("\n".join("\t".join(row) for row in [header] + rows) + "\n", encoding="utf-8")
-    task, examples, predictions = finetuning.predict([folder], data, make_task, progress=False)
+    task, examples, predictions = finetuning_run.predict([folder], data, make_task, progress=False)
 
     classify = transformers.pipeline("text-classification", model=str(folder), device="cpu")
     for example, (label, probabilities) in zip(examples, predictions):
@@ -147,7 +148,7 @@ def test_the_pipeline_names_a_single_sentence_with_minibert_label(tmp_path):
     folder, _ = fine_tuned_folder(tmp_path, "bert", "sst2")
     data = write_sst2(tmp_path / "dev.tsv", [("the sun is warm and the sky is blue .", "1"),
                                              ("he found a key under the green door .", "0")])
-    task, examples, predictions = finetuning.predict([folder], data, make_task, progress=False)
+    task, examples, predictions = finetuning_run.predict([folder], data, make_task, progress=False)
     classify = transformers.pipeline("text-classification", model=str(folder), device="cpu")
     for example, (label, probabilities) in zip(examples, predictions):
         answer = classify(example.text_a)[0]
@@ -163,36 +164,22 @@ def test_load_pretrained_gives_the_encoder_of_a_fine_tuned_folder_and_says_what_
     assert torch.equal(encoder.pooler.dense.weight, tuned.base_model.pooler.dense.weight)
 
 
-def old_layout_folder(folder, tuned, task):
-    """A fine-tuned folder as minibert wrote it before: the encoder alone in
-    model.safetensors (architectures BertModel, no labels), head.safetensors, task.json."""
-    folder.mkdir()
-    save_pretrained(tuned.base_model, folder, tokenizer=load_tokenizer(tuned.base_model.source_dir))
-    save_weights(tuned.head, folder / finetuning.HEAD_FILE)
-    write_record(folder, finetuning.TASK_FILE, {"task": task.name, "labels": task.labels, "max_seq_len": 32})
-
-
-def test_a_folder_in_the_old_layout_still_loads_with_the_same_logits(tmp_path):
-    _, tuned = fine_tuned_folder(tmp_path, "bert", "conll2003")
-    old = tmp_path / "old"
-    old_layout_folder(old, tuned, make_task("conll2003", labels=NER_LABELS))
-    assert json.loads((old / "config.json").read_text())["architectures"] == ["BertModel"]
-    loaded, task, _, _ = finetuning.load_task_model(old, make_task)
-    inputs = random_batch(tuned.base_model.config.vocab_size, seed=3)
-    assert task.labels == NER_LABELS
-    assert torch.equal(minibert_logits(loaded, inputs), minibert_logits(tuned, inputs))
-
-
-def test_a_new_save_over_an_old_layout_folder_drops_head_safetensors_and_keeps_the_checkpoint(tmp_path):
-    _, tuned = fine_tuned_folder(tmp_path, "bert", "sst2")
-    task = make_task("sst2")
-    folder = tmp_path / "run"
-    old_layout_folder(folder, tuned, task)
+def test_a_save_over_the_folder_keeps_the_runs_checkpoint(tmp_path):
+    folder, tuned = fine_tuned_folder(tmp_path, "bert", "sst2")
     (folder / "checkpoint.pt").write_bytes(b"the run's checkpoint")
-    finetuning.save_task_model(tuned, task, load_tokenizer(folder), folder, {"max_seq_len": 32})
-    assert not (folder / "head.safetensors").exists()
+    finetuning_run.save_task_model(tuned, make_task("sst2"), load_tokenizer(folder), folder, {"max_seq_len": 32})
     assert (folder / "checkpoint.pt").read_bytes() == b"the run's checkpoint"
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []   # nothing left beside it
+    assert sorted(p.name for p in folder.parent.iterdir() if p.name.startswith(".")) == []   # nothing left beside it
+
+
+def test_an_encoder_folder_with_a_task_record_but_no_head_is_a_one_line_error(tmp_path):
+    _, tuned = fine_tuned_folder(tmp_path, "bert", "sst2")
+    folder = tmp_path / "encoder-only"
+    save_pretrained(tuned.base_model, folder, tokenizer=load_tokenizer(tuned.base_model.source_dir))
+    write_record(folder, finetuning_run.TASK_FILE, {"task": "sst2", "labels": ["0", "1"], "max_seq_len": 32})
+    with pytest.raises(MiniBertError, match=r"model.safetensors: holds no task head \(the sst2 head with 2 labels "
+                                            r"expected\); is .* a fine-tuned model folder\?$"):
+        finetuning_run.load_task_model(folder, make_task)
 
 
 def test_a_head_stored_as_integers_is_a_one_line_error(tmp_path):
@@ -203,7 +190,7 @@ def test_a_head_stored_as_integers_is_a_one_line_error(tmp_path):
     save_safetensors(tensors, folder / "model.safetensors")
     with pytest.raises(MiniBertError, match=r"model.safetensors: tensor 'classifier.weight' has dtype int64; "
                                         r"expected a floating-point weight$"):
-        finetuning.load_task_model(folder, make_task)
+        finetuning_run.load_task_model(folder, make_task)
 
 
 def test_the_task_head_table_prints_one_row_per_tensor():

@@ -23,7 +23,7 @@ from minibert.runs.pretraining import pretrain
 from minibert.support.fingerprints import tokenizer_fingerprint
 from minibert.support.token_cache import build_token_cache, check_token_cache
 from minibert.tokenization import Tokenizer, wordpiece_tokenizer
-from minibert.training import load_checkpoint
+from minibert.runs.training import load_checkpoint
 from helpers import run_script_in_process
 from tiny_models import save_tiny_model, write_vocab
 
@@ -104,7 +104,7 @@ def test_a_few_steps_lower_the_loss(corpus_and_tokenizer, tmp_path):
 def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus_and_tokenizer, tmp_path):
     files, tokenizer = corpus_and_tokenizer
     kwargs = dict(pair_objective="nsp", grad_accum_steps=2)
-    from minibert.training import load_checkpoint
+    from minibert.runs.training import load_checkpoint
     run_pretrain(files, tokenizer, tmp_path / "straight", steps=12, **kwargs)
     # The interrupted run: a first process stops after 5 steps (its schedule
     # still planned for 12), a second resumes from the checkpoint.
@@ -133,7 +133,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(corpus_
                           str(REPO / "train_mlm.py"), *args, "--output", str(tmp_path / "two")],
                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
-    from minibert.training import load_checkpoint
+    from minibert.runs.training import load_checkpoint
     a = load_checkpoint(tmp_path / "one" / "checkpoint.pt")["model"]
     b = load_checkpoint(tmp_path / "two" / "checkpoint.pt")["model"]
     for name in a:

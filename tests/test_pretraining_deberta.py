@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.pretraining import MaskedLMObjective
 from minibert.runs.pretraining import build_model, pretrain
-from minibert.training import load_checkpoint
+from minibert.runs.training import load_checkpoint
 from helpers import run_script_in_process
 from test_pretraining import write_corpus
 

@@ -272,7 +272,7 @@ def test_parameter_gradients_equal_the_task_loss_plus_lambda_times_the_adversari
     terms = objective.losses(model, batch)
     counts = objective.counts(batch)
     assert counts == {"classification": 3, "sift": 3} and set(terms) == set(counts)
-    loss = sum(loss_sum / counts[term] for term, (loss_sum, _) in terms.items())   # as training.train sums
+    loss = sum(loss_sum / counts[term] for term, (loss_sum, _) in terms.items())   # as training.training_step sums
     loss.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
@@ -309,7 +309,7 @@ def test_parameter_gradients_equal_the_task_loss_plus_lambda_times_the_adversari
 
 
 def test_losses_through_a_ddp_wrapper_give_the_plain_models_gradients(tmp_path):
-    """The model training.train passes under torchrun is a DistributedDataParallel
+    """The model runs.training.train passes under torchrun is a DistributedDataParallel
     wrapper: the same losses and gradients, and a second step does not trip
     DDP's reducer (it would if the ascent step had fired its gradient hooks)."""
     import torch.distributed as dist

@@ -92,7 +92,7 @@ def test_the_loss_is_the_mean_cross_entropy_worked_by_hand():
     by_hand = [math.log(1 + math.exp(-2)), math.log(1 + math.e), math.log(2)]
     assert task.loss(logits, batch).item() == pytest.approx(sum(by_hand) / 3, rel=1e-6)
     loss_sum, correct = task.losses(logits, batch)["classification"]
-    assert loss_sum.item() == pytest.approx(sum(by_hand), rel=1e-6)     # what training.train adds up
+    assert loss_sum.item() == pytest.approx(sum(by_hand), rel=1e-6)     # what training.training_step adds up
     assert int(correct) == 1                                           # row 0 only (row 2 ties: argmax 0)
     assert task.counts(batch) == {"classification": 3}
     rows, weight = task.distributions(logits, batch)

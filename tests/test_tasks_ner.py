@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from minibert import finetuning
+from minibert.runs import finetuning as finetuning_run
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModelOutput
 from minibert.heads import IGNORE_INDEX
@@ -161,7 +161,7 @@ def test_head_loss_and_outputs():
     kept = labels != IGNORE_INDEX
     assert torch.allclose(loss, torch.nn.functional.cross_entropy(logits[kept], labels[kept], reduction="sum"))
     assert int(correct) == int((logits[kept].argmax(-1) == labels[kept]).sum())
-    # the paper's loss is the mean over the 3 labelled pieces; losses is its sum, what training.train adds up
+    # the paper's loss is the mean over the 3 labelled pieces; losses is its sum, what training.training_step adds up
     assert torch.allclose(task.loss(logits, batch), loss / 3)
     rows, weight = task.distributions(logits, batch)
     assert weight == 1.0 and torch.equal(rows, logits[kept])
@@ -288,7 +288,7 @@ def tiny_conll(count, seed):
 
 
 def make_task(name, labels=None, settings=None):
-    """finetuning.load_task_model's task factory, for the one task here."""
+    """finetuning_run.load_task_model's task factory, for the one task here."""
     assert name == "conll2003"
     return NerTask(labels=labels)
 
@@ -306,16 +306,16 @@ def test_fine_tune_learns_and_the_saved_model_predicts(tmp_path):
     train, evaluation = task.read(tmp_path / "train.txt"), task.read(tmp_path / "eval.txt")
     assert task.labels == ["O", "B-LOC", "B-PER", "I-PER"]
 
-    summary = finetuning.fine_tune(task, tmp_path / "base", train, evaluation, tmp_path / "out", epochs=10,
+    summary = finetuning_run.fine_tune(task, tmp_path / "base", train, evaluation, tmp_path / "out", epochs=10,
                                    batch_size=8, learning_rate=3e-3, max_seq_len=64, warmup=0.0, progress=False)
     losses = [record["ner_loss"] for record in summary["history"] if "ner_loss" in record]
     f1s = [metrics["f1"] for metrics in summary["epochs_history"]]
     assert losses[-1] < 0.3 * losses[0]
     assert f1s[-1] > f1s[0] and summary["best"]["f1"] >= 80.0
 
-    model, loaded, _, record = finetuning.load_task_model(tmp_path / "out", make_task)
+    model, loaded, _, record = finetuning_run.load_task_model(tmp_path / "out", make_task)
     assert loaded.labels == task.labels and record["max_seq_len"] == 64
-    loaded_task, examples, predictions = finetuning.predict([tmp_path / "out"], tmp_path / "eval.txt", make_task,
+    loaded_task, examples, predictions = finetuning_run.predict([tmp_path / "out"], tmp_path / "eval.txt", make_task,
                                                             progress=False)
     assert loaded_task.metrics(examples, predictions)["f1"] == pytest.approx(summary["best"]["f1"])
     loaded_task.write_predictions(examples, predictions, tmp_path / "predictions.txt")

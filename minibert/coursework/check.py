@@ -78,7 +78,7 @@ FORBIDDEN_NAMES["log-bucket"] = {"make_log_bucket_position"}
 END_TO_END = (
     ("attention:bundled-model", "attention", ("attention",), None),
     ("wordpiece:sst2-dev", "wordpiece", ("basic-tokenizer", "wordpiece"), "sst2/dev.tsv"),
-    ("milestone:sst2-fine-tuning", "milestone", ("adamw-update", "fine-tuning-step"), "sst2/train.tsv"),
+    ("milestone:sst2-fine-tuning", "milestone", ("adamw-update", "training-step"), "sst2/train.tsv"),
 )
 END_TO_END_OF = {child: row for row, child, _, _ in END_TO_END}
 

@@ -63,9 +63,9 @@ ASSIGNMENTS = (
                ("log-bucket", "c2p-p2c", "sift-perturbation")),
     Assignment(8, "The milestone: your BERT fine-tuned on SST-2",
                "Write AdamW's update (with Adam's bias correction, and Google's variant without it) and the "
-               "fine-tuning step, then fine-tune your own model, tokenizer, head, optimizer and step on real SST-2 "
+               "training step, then fine-tune your own model, tokenizer, head, optimizer and step on real SST-2 "
                "sentences to the target accuracy.",
-               ("adamw-update", "fine-tuning-step")),
+               ("adamw-update", "training-step")),
 )
 
 ASSIGNMENT_OF = {name: a.number for a in ASSIGNMENTS for name in a.exercises}

@@ -3,7 +3,7 @@
 Everything that runs is the student's: the written-out model (embeddings
 sum, attention, heads, GELU, LayerNorm, feed-forward), the written-out
 WordPiece tokenizer, the classification head, AdamW's update, the warm-up
-schedule and the fine-tuning step, on the bundled pretrained model. The
+schedule and the training step, on the bundled pretrained model. The
 grader gives the child process the training sentences with their labels and
 the dev sentences WITHOUT labels; it scores the returned predictions itself
 against the dev labels (as CS224N's final project hides its test labels).
@@ -70,9 +70,10 @@ def fine_tune_sst2(spec, written_out=True):
     predictions (0 or 1 per sentence)."""
     import torch
     from minibert import load_pretrained, load_tokenizer
-    from minibert.finetuning import TaskModel, collate, fine_tuning_step
+    from minibert.finetuning import Objective, TaskModel, collate
     from minibert.heads import OutputLayer, add_pooler_if_missing
-    from minibert.training import AdamW, parameter_groups, warmup_then_linear_decay
+    from minibert.tasks.classification import ClassificationTask
+    from minibert.training import AdamW, parameter_groups, training_step, warmup_then_linear_decay
     torch.manual_seed(spec["seed"])
     base, tokenizer = load_pretrained(), load_tokenizer()
     vocab = tokenizer.backend.get_vocab()
@@ -87,13 +88,14 @@ def fine_tune_sst2(spec, written_out=True):
     steps = spec["epochs"] * -(-len(features) // spec["batch_size"])
     optimizer = AdamW(parameter_groups(model, spec["weight_decay"]), lr=spec["learning_rate"])
     scheduler = warmup_then_linear_decay(optimizer, int(spec["warmup"] * steps), steps)
+    objective = Objective(ClassificationTask("sst2"))     # the mean cross-entropy of the gold classes
     order = random.Random(spec["seed"])
     for _ in range(spec["epochs"]):
         shuffled = list(features)
         order.shuffle(shuffled)
         for start in range(0, len(shuffled), spec["batch_size"]):
-            fine_tuning_step(model, collate(shuffled[start:start + spec["batch_size"]], tokenizer.pad_id),
-                             optimizer, scheduler)
+            batch = collate(shuffled[start:start + spec["batch_size"]], tokenizer.pad_id)
+            training_step(model, [batch], objective, optimizer, scheduler)
     with open(spec["dev"], encoding="utf-8") as f:
         dev = encode(f.read().split("\n"), tokenizer, vocab, spec["max_length"], written_out)
     model.eval()

@@ -1,7 +1,7 @@
 """The distillation run that distill.py starts, around the lesson
 (minibert/distillation.py): the teacher's folder, the transfer set and the
 teacher's logits read from or written to their cache, the student trained by
-training.train with Adadelta (or Adam) at a constant rate, the best epoch
+runs.training.train with Adadelta (or Adam) at a constant rate, the best epoch
 kept in the student folder; and the run's bookkeeping: what student.json
 records about the run, what --resume checks before it continues a killed
 run, the line printed at the start, and the parameter counts the summary
@@ -20,14 +20,15 @@ from tqdm.auto import tqdm
 from minibert.augment import PosLexicon
 from minibert.distillation import (DistillationObjective, build_student, make_transfer_set, predict_student,
                                    student_features, student_tokenizer, teacher_logits)
-from minibert.finetuning import BestEpoch, LengthGroupedBatches, evaluate, load_task_model
+from minibert.finetuning import LengthGroupedBatches
+from minibert.runs.finetuning import BestEpoch, evaluate, load_task_model
 from minibert.support.distillation_settings import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.support.outputs import CHECKPOINT, file_identity
 from minibert.support.student_inputs import collate_student
 from minibert.support.student_folder import previous_best, save_student
 from minibert.support.transfer_cache import cached_transfer_set
 from minibert.tasks import CLASSIFICATION, make_task
-from minibert.training import TrainingConfig, setup_context, train
+from minibert.runs.training import TrainingConfig, setup_context, train
 
 # A finetune.py classifier as load_teacher returns it: the model, its task object, its tokenizer, task.json,
 # and its folder.
@@ -57,7 +58,7 @@ def transfer_set_with_logits(teacher, examples, train_file, settings, device="cp
 
 
 def optimizer_factory(settings):
-    """training.train's optimizer_factory: Adadelta (rho 0.95, as d-bert's
+    """runs.training.train's optimizer_factory: Adadelta (rho 0.95, as d-bert's
     distill_birnn.py) or Adam, at a constant learning rate (the authors' code
     has no schedule)."""
     def make(model):
@@ -170,7 +171,7 @@ NOT_COMPARED = ("cache_dir", "teacher_batch_size", "eval_batch_size", "max_minut
 
 
 def resume_config(task, settings, total_steps, model, tokenizer, record=None):
-    """training.train's run_config: what --resume checks is unchanged (the
+    """runs.training.train's run_config: what --resume checks is unchanged (the
     student's config and vocabulary, the steps, the batches, the seed, and
     under "settings", by flag name, every setting that shapes the run: the
     learning rate, alpha, the optimizer, the teacher, the training file, ...)."""

@@ -1,7 +1,7 @@
 """The pretraining run that train_mlm.py starts: the corpus and its token
 cache, the output folder, resume, and the model folder written at the end,
 around the lesson's objective (minibert/pretraining.py) and the loop
-(training.train).
+(runs.training.train).
 
 One loop pretrains three architectures, told apart by the config's type:
   * BERT and ALBERT (BertConfig -> BertModel): MLM, optionally with NSP or SOP.
@@ -36,7 +36,7 @@ from minibert.support.inputs import not_a_file
 from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, file_identity, resume_from_checkpoint
 from minibert.support.token_cache import TokenCache, build_token_cache, check_token_cache, is_token_cache
 from minibert.tokenization import Tokenizer, wordpiece_tokenizer
-from minibert.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
+from minibert.runs.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
 
 # [CLS] A [SEP] B [SEP]: sequences are packed with max_seq_len - 3 tokens of text (pack_blocks).
 MIN_SEQ_LEN = 4
@@ -85,35 +85,6 @@ def split_heldout(files, heldout_names):
 # ----------------------------------------------------------------------------
 # The output folder
 # ----------------------------------------------------------------------------
-
-
-def is_temporary(name):
-    """A file or folder being written by atomic_write or save_model_folder (`.NAME.PID.HEX.tmp`)."""
-    return name.startswith(".") and name.endswith(".tmp")
-
-
-def check_output_folder(output, resume=False, force=False):
-    """Refuse to mix a new run with files that are not its own (the scripts
-    call this before any slow work). `output` may be missing or empty, or hold
-    only what a run stopped before its first checkpoint leaves (the token
-    cache, unfinished temporary files). A checkpoint needs --resume (continue
-    it) or --force (start over); anything else, such as a finished model,
-    needs --force."""
-    output = Path(output)
-    if output.exists() and not output.is_dir():
-        raise MiniBertError(f"--output {output}: exists and is not a folder")
-    if force or not output.is_dir():
-        return
-    if (output / CHECKPOINT).is_file():
-        if resume:
-            return
-        raise MiniBertError(f"--output {output}: holds the checkpoint of an earlier run; pass --resume to continue "
-                            f"it, or --force to start over in this folder")
-    others = sorted(p.name for p in output.iterdir() if p.name != "cache" and not is_temporary(p.name))
-    if others:
-        raise MiniBertError(f"--output {output}: folder is not empty ({', '.join(others[:3])}"
-                            f"{', ...' if len(others) > 3 else ''}) and holds no checkpoint to --resume; "
-                            f"choose a new folder, or pass --force to write into it")
 
 
 def resume_tokenizer(output, do_lower_case, vocab_file=None):

@@ -6,9 +6,30 @@
 
 Each task object reads its files, turns examples into features, makes its
 head, computes its loss, turns outputs into predictions and scores them with
-minibert.metrics (the interface is described in minibert/finetuning.py). The
+minibert.metrics. The
 task names and labels are one table (minibert/support/task_registry.py); the
 file formats are minibert/support/task_files.py.
+
+A task object has:
+
+  name, labels, main_metric      e.g. "sst2", ["0", "1"], "accuracy"
+  uses_pooler                    whether the head reads the pooled [CLS] vector
+  read(path)                     the examples of a data file
+  features(examples, tokenizer, max_seq_len)
+                                 a list of dicts: input_ids, token_type_ids, the
+                                 training targets, and "example" (its example's index)
+  make_head(config)              an nn.Module: BertModelOutput -> logits
+  loss(logits, batch)            the paper's loss: the mean cross-entropy
+  counts(batch), losses(logits, batch)
+                                 the same loss in the form training.training_step sums
+  distributions(logits, batch)   the softmax rows the loss compares (what SiFT perturbs)
+  outputs(logits, batch)         per-feature probabilities (what an ensemble averages)
+  predict(examples, features, outputs)
+                                 predictions, one per example
+  metrics(examples, predictions) the official metrics, in percent
+  has_gold(examples)             whether every example has its answer (so metrics can score it)
+  write_predictions(examples, predictions, path)
+                                 the task's official prediction format(s); returns the paths written
 """
 
 from minibert.support.errors import MiniBertError

@@ -62,7 +62,7 @@ class ClassificationTask:
         return {"classification": len(batch["labels"])}
 
     def losses(self, logits, batch):
-        """The loss in training.train's form: B L, the SUM over this batch.
+        """The loss in training.training_step's form: B L, the SUM over this batch.
         train adds the sums of all its micro-batches (and processes) and
         divides once by their total count: gradient accumulation and
         torch.distributed then average exactly as one large batch would."""

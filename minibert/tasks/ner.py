@@ -180,7 +180,7 @@ class NerTask:
         return {"ner": int((batch["labels"] != IGNORE_INDEX).sum())}
 
     def losses(self, logits, batch):
-        """N L, the SUM over this batch's labelled pieces, in training.train's
+        """N L, the SUM over this batch's labelled pieces, in training.training_step's
         form (see ClassificationTask.losses); a batch with none adds 0."""
         labels = batch["labels"]
         n = int((labels != IGNORE_INDEX).sum())

@@ -229,7 +229,7 @@ class SquadTask:
         return {"span": len(batch["start_positions"])}
 
     def losses(self, logits, batch):
-        """B L, the SUM over this batch, in training.train's form (see ClassificationTask.losses)."""
+        """B L, the SUM over this batch, in training.training_step's form (see ClassificationTask.losses)."""
         start_logits, end_logits = masked_logits(logits, batch["attention_mask"])
         both_right = ((start_logits.argmax(-1) == batch["start_positions"]) &
                       (end_logits.argmax(-1) == batch["end_positions"]))

@@ -1,0 +1,368 @@
+"""The run around the training step (minibert/training.py): the processes
+torchrun starts, the batches of each step, bf16 autocast, checkpoints and
+--resume, evaluation, logging and time limits. pretraining, fine-tuning and
+distillation all run through `train`, which takes the lesson's
+training_step once per optimizer step.
+
+Each loss term is a sum over items divided by the *global* count for the
+step, so one process with batch 2N and two processes with batch N compute
+the same gradient (DistributedDataParallel averages gradients over the
+processes, hence the factor world_size).
+
+Randomness: the batches are a deterministic function of (seed, step) (see
+pretraining_data.py) and the dropout generator is re-seeded from (seed, step,
+rank) at the start of each step. A checkpoint therefore needs only the model,
+the optimizer, the schedule and the step number to resume bit for bit.
+"""
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from tqdm.auto import tqdm                   # a widget in a notebook, text in a terminal
+
+from minibert.support.devices import autocast as bf16_autocast, choose_device, move_to_device
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import remove_leftovers, save_torch
+from minibert.support.seeds import seed_from
+from minibert.training import make_optimizer, training_step, warmup_then_linear_decay
+
+# ----------------------------------------------------------------------------
+# Device, processes
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """Where this process runs: its device, and its place among the processes
+    that `torchrun` started (rank 0 of 1 without torchrun)."""
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self):
+        return self.rank == 0
+
+    @property
+    def distributed(self):
+        return self.world_size > 1
+
+
+def setup_context(device="auto"):
+    """Join the process group when launched by torchrun (it sets RANK,
+    WORLD_SIZE, LOCAL_RANK and the rendezvous address): NCCL on GPUs, gloo on CPU."""
+    device = choose_device(device)
+    if "RANK" not in os.environ:
+        return Context(device)
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return Context(device, rank, world_size)
+
+
+# ----------------------------------------------------------------------------
+# Checkpoints
+# ----------------------------------------------------------------------------
+
+
+def save_checkpoint(path, model, optimizer, scheduler, step, run_config):
+    """Everything needed to resume, written atomically (temporary file, then rename)."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "optimizer_name": type(optimizer).__name__,       # --resume refuses another optimizer's state
+             "scheduler": scheduler.state_dict(), "step": step, "run_config": run_config}
+    save_torch(path, state)
+
+
+# What a checkpoint's run_config must share with the run that resumes it.
+# `settings` holds, under each flag's name, every other setting that shapes
+# the run (learning rate, data file, task, ...): the caller decides which.
+SAME_RUN_KEYS = ("model_config", "total_steps", "batch_size", "seed", "grad_accum_steps", "vocabulary_fingerprint")
+
+
+def check_same_run(path, saved, run_config):
+    """--resume continues the run the checkpoint at `path` was made by, or
+    stops with a message naming the setting, its old and its new value: a
+    resumed run with another learning rate, data file or task would end as
+    neither run."""
+    if not run_config:
+        return
+    old, new = saved.get("settings", {}), run_config.get("settings", {})
+    for flag in old:                     # first: a changed flag explains a changed step count or model
+        if flag in new and old[flag] != new[flag]:
+            raise MiniBertError(f"--resume: {path} was made with {flag} {old[flag]!r}, this run has {flag} "
+                                f"{new[flag]!r}; resume with the same value, or start a new run in another folder")
+    for key in SAME_RUN_KEYS:
+        if key in saved and saved[key] != run_config.get(key):
+            raise MiniBertError(f"--resume: {path} was made with {key}={saved[key]!r}, "
+                                f"this run has {run_config.get(key)!r}")
+
+
+def load_checkpoint(path):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a zip or unpickling error: the file is damaged or not ours
+        raise MiniBertError(f"{path}: cannot read training checkpoint ({type(e).__name__}: {e})") from None
+
+
+# ----------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class TrainingConfig:
+    total_steps: int
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    grad_accum_steps: int = 1
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 0            # 0: never
+    checkpoint_every: int = 0      # 0: only at the end
+    max_minutes: Optional[float] = None  # stop early (with a checkpoint) after this much wall time
+    bf16: Optional[bool] = None    # bf16 autocast: None = on CUDA only, True = on any device, False = never
+    eval_name: str = "held-out"    # what the evaluation lines call the set `evaluate` scores (e.g. "dev.tsv")
+    optimizer: str = "adamw"       # or "bert-adam" (BertAdam: Google's, without bias correction)
+    # A run stopped by max_minutes evaluates where it stops, unless False: the best-epoch rule compares
+    # end-of-epoch evaluations only, so a stopped and resumed run keeps the model an unstopped one keeps.
+    evaluate_when_stopped: bool = True
+
+
+def rows_for_rank(batch, context):
+    """This process's share of a global batch: rows rank, rank + W, rank + 2W, ..."""
+    if not context.distributed:
+        return batch
+    return {k: v[context.rank::context.world_size] for k, v in batch.items()}
+
+
+def all_reduce_sum(values, context):
+    """Sum a dict of numbers over all processes."""
+    if not context.distributed:
+        return values
+    keys = sorted(values)
+    tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        tensor = tensor.to(context.device)
+    dist.all_reduce(tensor)
+    return dict(zip(keys, tensor.tolist()))
+
+
+def check_finite(step_stats, step, learning_rate, context):
+    """Stop a run whose loss has become NaN or infinite: every later step
+    would train on NaNs, and the model saved at the end would be NaNs. The
+    check happens before the optimizer step, so the weights are still finite
+    (and so is the last checkpoint). One sync per step, the price of never
+    saving a broken model; every process stops together (one stopping alone
+    would leave the others waiting for it)."""
+    losses = {term: float(loss_sum) for term, (loss_sum, _) in step_stats.items()}
+    broken = {"broken": sum(not math.isfinite(value) for value in losses.values())}
+    if all_reduce_sum(broken, context)["broken"]:
+        raise MiniBertError(f"training stopped at step {step}: the loss is not finite ("
+                            f"{', '.join(f'{term} {value}' for term, value in losses.items())}; learning rate "
+                            f"{learning_rate:g}); try a lower learning rate (--lr)")
+
+
+def check_finite_weights(model, step, learning_rate):
+    """Refuse to save or evaluate weights that hold NaN or infinity (a step
+    too large can make them so while the loss before it was still finite)."""
+    for name, parameter in model.named_parameters():
+        if not torch.isfinite(parameter).all():
+            raise MiniBertError(f"training stopped at step {step}: {name} holds NaN or infinite values (learning "
+                                f"rate {learning_rate:g}); try a lower learning rate (--lr); nothing was saved")
+
+
+def evaluation_line(step, eval_name, metrics):
+    """One evaluation on screen: "step 20: dev.tsv accuracy 87.50". Counts
+    are integers (masked_tokens 39,699), losses keep 4 significant digits,
+    every other figure is a percentage, with 2 decimals (f1 0.00, not f1 0)."""
+    def figure(key, value):
+        if isinstance(value, int):
+            return f"{value:,}"
+        return f"{value:.4g}" if "loss" in key else f"{value:.2f}"
+    return f"step {step}: " + ", ".join(f"{eval_name} {k} {figure(k, v)}" for k, v in metrics.items()
+                                        if isinstance(v, (int, float)))
+
+
+def progress_postfix(record):
+    """A history record as the progress line shows it: accuracies with their
+    % sign (mlm_accuracy=1.63%), tokens per second as a whole number with
+    thousands separators (1,970), losses and the learning rate to 3
+    significant digits."""
+    def figure(key, value):
+        if key.endswith("_accuracy"):
+            return f"{value:.2f}%"
+        if key == "tokens_per_second":
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if isinstance(value, float) else value
+    return {k: figure(k, v) for k, v in record.items() if k != "step"}
+
+
+class Autocast:
+    """An objective whose forward runs under bf16 autocast (support/devices.autocast)
+    on `device` when `enabled`; the loss is summed in float32 outside it."""
+
+    def __init__(self, objective, device, enabled):
+        self.objective, self.device, self.enabled = objective, device, enabled
+
+    def counts(self, batch):
+        return self.objective.counts(batch)
+
+    def losses(self, model, batch):
+        with bf16_autocast(self.device, self.enabled):
+            return self.objective.losses(model, batch)
+
+
+def train(model, batches, objective, config, context, checkpoint_path, run_config=None, evaluate=None,
+          resume=False, progress=True, optimizer_factory=None):
+    """Run `config.total_steps` optimizer steps (training.training_step).
+    Returns a summary dict.
+
+    batches[i]: the i-th global micro-batch (a dict of tensors).
+    objective.counts(batch) -> {term: items it averages over};
+    objective.losses(model, batch) -> {term: (sum of losses, number correct)}.
+    evaluate(model) -> dict of held-out metrics (run on the main process).
+    optimizer_factory(model) -> (optimizer, scheduler): another optimizer than
+    BERT's (distillation's Adadelta); default config.optimizer (AdamW or BERT's
+    own) with warm-up and linear decay.
+    """
+    model.to(context.device)
+    if optimizer_factory is None:
+        optimizer = make_optimizer(model, config.learning_rate, config.weight_decay, optimizer=config.optimizer)
+        scheduler = warmup_then_linear_decay(optimizer, config.warmup_steps, config.total_steps)
+    else:
+        optimizer, scheduler = optimizer_factory(model)
+    start_step = 0
+    checkpoint_path = Path(checkpoint_path)
+    if context.is_main:
+        stale = remove_leftovers(checkpoint_path)
+        if stale:
+            tqdm.write(f"removed {len(stale)} unfinished checkpoint file(s) left by a killed run: {', '.join(stale)}")
+    if resume:
+        start_step = resume_checkpoint(checkpoint_path, model, optimizer, scheduler, run_config)
+
+    network = model
+    if context.distributed:
+        network = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[context.device.index] if context.device.type == "cuda" else None)
+    # bf16 halves the bytes moved and runs on tensor cores; on a CPU it pays
+    # only where the CPU has bf16 instructions (AVX512-BF16, AMX), so there it
+    # is opt-in. Weights and optimizer state stay float32 either way.
+    use_bf16 = config.bf16 is True or (config.bf16 is None and context.device.type == "cuda")
+    objective = Autocast(objective, context.device, use_bf16)
+
+    history, summary = [], {"start_step": start_step}
+    totals = {}
+    started = time.time()
+    tokens_seen, window_start, window_tokens = 0, time.time(), 0
+    progress_bar = tqdm(range(start_step, config.total_steps), initial=start_step, total=config.total_steps,
+                        desc="training", disable=not (progress and context.is_main), dynamic_ncols=True)
+    step = start_step
+    for step in progress_bar:
+        torch.manual_seed(seed_from(config.seed, "dropout", step, context.rank))
+        micro_batches = [rows_for_rank(batches[step * config.grad_accum_steps + m], context)
+                         for m in range(config.grad_accum_steps)]
+        counts = {}
+        for batch in micro_batches:
+            for term, n in objective.counts(batch).items():
+                counts[term] = counts.get(term, 0) + int(n)
+            batch_tokens = int(batch["attention_mask"].sum()) * context.world_size
+            tokens_seen += batch_tokens
+            window_tokens += batch_tokens
+        micro_batches = [move_to_device(batch, context.device) for batch in micro_batches]
+        step_stats = training_step(network, micro_batches, objective, optimizer, scheduler, config.max_grad_norm,
+                                   counts=all_reduce_sum(counts, context), world_size=context.world_size,
+                                   check=lambda stats: check_finite(stats, step + 1, config.learning_rate, context))
+
+        for term, (loss_sum, correct) in step_stats.items():
+            t = totals.setdefault(term, [0.0, 0.0, 0])
+            t[0] += loss_sum
+            t[1] += correct
+            t[2] += counts.get(term, 0)
+        done = step + 1
+        if done % config.log_every == 0 or done == config.total_steps:
+            elapsed = time.time() - window_start
+            record = {"step": done, "lr": scheduler.get_last_lr()[0],
+                      "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
+            for term, (loss_sum, correct, n) in totals.items():
+                record[f"{term}_loss"] = float(loss_sum) / max(n, 1)
+                record[f"{term}_accuracy"] = 100.0 * float(correct) / max(n, 1)   # percent, as every accuracy
+            history.append(record)
+            progress_bar.set_postfix(progress_postfix(record))
+            totals, window_start, window_tokens = {}, time.time(), 0
+        out_of_time = config.max_minutes is not None and (time.time() - started) / 60 >= config.max_minutes
+        if context.distributed and config.max_minutes is not None:
+            out_of_time = bool(all_reduce_sum({"stop": int(out_of_time)}, context)["stop"])
+        stopping_here = out_of_time and config.evaluate_when_stopped
+        evaluating = evaluate is not None and config.eval_every and (done % config.eval_every == 0 or
+                                                                     done == config.total_steps or stopping_here)
+        saving = context.is_main and ((config.checkpoint_every and done % config.checkpoint_every == 0)
+                                      or done == config.total_steps or out_of_time)
+        if evaluating or saving:             # evaluate() may save the model: never one with NaNs
+            check_finite_weights(model, done, config.learning_rate)
+        if evaluating:
+            if context.is_main:
+                metrics = evaluate(model)
+                history.append({"step": done, **{f"heldout_{k}": v for k, v in metrics.items()}})
+                tqdm.write(evaluation_line(done, config.eval_name, metrics))
+                summary["heldout"] = metrics
+        if saving:
+            save_checkpoint(checkpoint_path, model, optimizer, scheduler, done, run_config or {})
+        if out_of_time:
+            tqdm.write(f"stopping after {config.max_minutes} minutes at step {done}; resume with --resume")
+            break
+    progress_bar.close()
+    summary.update(end_step=step + 1 if config.total_steps > start_step else start_step,
+                   seconds=time.time() - started, tokens_seen=tokens_seen, history=history)
+    return summary
+
+
+def resume_checkpoint(checkpoint_path, model, optimizer, scheduler, run_config):
+    """Load the checkpoint of the run being resumed into the model, the
+    optimizer and the schedule (after check_same_run); returns its step."""
+    if not checkpoint_path.is_file():
+        raise MiniBertError(f"--resume: no checkpoint at {checkpoint_path}")
+    state = load_checkpoint(checkpoint_path)
+    check_same_run(checkpoint_path, state.get("run_config", {}), run_config)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise MiniBertError(f"--resume: {checkpoint_path} does not fit this model ({str(e).splitlines()[0]})") from None
+    saved_optimizer = state.get("optimizer_name")
+    if saved_optimizer != type(optimizer).__name__:
+        raise MiniBertError(f"--resume: {checkpoint_path} holds the state of another optimizer ({saved_optimizer}) "
+                            f"than this run's ({type(optimizer).__name__})")
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+    except (KeyError, ValueError) as e:      # another optimizer's state: other fields, other groups
+        raise MiniBertError(f"--resume: {checkpoint_path} holds the state of another optimizer than this "
+                            f"run's ({type(e).__name__}: {e})") from None
+    return state["step"]
+
+
+class Prefetched:
+    """batches[i], computed ahead by DataLoader worker processes. The loop asks
+    for batches in order, so workers can prepare the next ones while the
+    model trains on this one."""
+
+    def __init__(self, batches, start, stop, num_workers):
+        loader = torch.utils.data.DataLoader(batches, sampler=range(start, stop), batch_size=None,
+                                             num_workers=num_workers, prefetch_factor=4, persistent_workers=False)
+        self.iterator, self.next_index = iter(loader), start
+
+    def __getitem__(self, index):
+        if index != self.next_index:
+            raise RuntimeError(f"Prefetched batches are served in order: asked {index}, next is {self.next_index}")
+        self.next_index += 1
+        return next(self.iterator)
