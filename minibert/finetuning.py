@@ -56,12 +56,13 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from minibert.checkpoints import load_pretrained, save_pretrained
+from minibert.checkpoints.safetensors import load_weights
 from minibert.checkpoints.task_heads import load_task_head
 from minibert.heads import IGNORE_INDEX, add_pooler_if_missing   # callers also find it here
 from minibert.support.devices import autocast as bf16_autocast, move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
-from minibert.support.folders import check_task_record, load_weights, read_record, write_folder, write_record
+from minibert.support.folders import check_task_record, read_record, write_folder, write_record
 from minibert.support.outputs import CHECKPOINT
 from minibert.support.seeds import generator_for
 from minibert.tasks import TASK_NAMES

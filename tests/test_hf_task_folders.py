@@ -11,11 +11,12 @@ import torch
 
 from minibert import finetuning
 from minibert.checkpoints import load_pretrained, save_pretrained
+from minibert.checkpoints.safetensors import save_weights
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.heads import add_pooler_if_missing
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
-from minibert.support.folders import save_weights, write_record
+from minibert.support.folders import write_record
 from minibert.tasks import make_task
 from minibert.tokenization import load_tokenizer
 from tiny_models import random_batch, tiny_config, write_sst2, write_vocab

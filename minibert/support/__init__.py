@@ -7,7 +7,7 @@ Shared by every lesson and script:
 
     errors.py                  MiniBertError, the one exception raised for bad input
     fileio.py                  atomic writes (temporary name, then rename), JSON files
-    folders.py                 a module's weights and a JSON record in a model folder
+    folders.py                 a model folder written as one unit; a JSON record in it; one run per folder
     cli.py                     the scripts' flag checks and one-line `error: ...` exits
     inputs.py                  input files that are pipes, read once; the message for a path that is no file
     reports.py                 metrics as a small table on screen, results ready for JSON

@@ -13,11 +13,12 @@ as the checkpoint package builds a model.
 
 from pathlib import Path
 
+from minibert.checkpoints.safetensors import load_weights, save_weights
 from minibert.lstm import BiLSTMClassifier
 from minibert.support.distillation_settings import is_pair_task
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import read_json_object
-from minibert.support.folders import load_weights, read_record, save_weights, write_folder, write_record
+from minibert.support.folders import read_record, write_folder, write_record
 from minibert.support.student_config import StudentConfig
 from minibert.support.student_inputs import PieceTokenizer, WordTokenizer
 from minibert.tasks import CLASSIFICATION, make_task
