@@ -92,7 +92,7 @@ def test_support_modules_import_no_lesson():
     # for the model: the student folder (the student, its task and tokenizer).
     graph = import_graph()
     allowed_lessons = {
-        "minibert.support.student_folder": {"minibert.lstm", "minibert.tasks", "minibert.tokenization"},
+        "minibert.runs.student_folder": {"minibert.lstm", "minibert.tasks", "minibert.tokenization"},
     }
     for name, imported in graph.items():
         if name.startswith("minibert.support"):

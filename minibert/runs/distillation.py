@@ -21,10 +21,10 @@ from minibert.augment import PosLexicon
 from minibert.distillation import (DistillationObjective, build_student, make_transfer_set, predict_student,
                                    student_features, student_tokenizer, teacher_logits)
 from minibert.finetuning import BestEpoch, LengthGroupedBatches, evaluate, load_task_model
+from minibert.runs.student_folder import previous_best, save_student
 from minibert.support.distillation_settings import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.support.outputs import CHECKPOINT, file_identity
 from minibert.support.student_inputs import collate_student
-from minibert.support.student_folder import previous_best, save_student
 from minibert.support.transfer_cache import cached_transfer_set
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.training import TrainingConfig, setup_context, train

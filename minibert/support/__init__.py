@@ -30,6 +30,5 @@ For one lesson each:
     student_inputs.py          distillation.py: the student's text -> ids (words, or the teacher's pieces) -> batches
     word_vectors.py            distillation.py: the vectors the student's embeddings start from
     transfer_cache.py          distillation.py: the transfer set and teacher logits, cached by fingerprint
-    student_folder.py          distillation.py: the student folder on disk
     distillation_settings.py   distillation.py: a run's settings and their checks
 """

@@ -1,4 +1,4 @@
-"""minibert/support/student_folder.py: a student folder written and read back
+"""minibert/runs/student_folder.py: a student folder written and read back
 gives the same logits, folders written when the student's LSTM was called
 `encoder` still load, a damaged folder is a one-line error, a folder is
 replaced whole, and the plain-torch loader docs/formats.md gives reads it."""
@@ -14,9 +14,9 @@ from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.distillation import student_features, student_logits
 from minibert.lstm import BiLSTMClassifier
 from minibert.runs.distillation import load_teacher
+from minibert.runs.student_folder import WEIGHTS_FILE, load_student, save_student
 from minibert.support.errors import MiniBertError
 from minibert.support.student_config import StudentConfig
-from minibert.support.student_folder import WEIGHTS_FILE, load_student, save_student
 from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample

@@ -1,4 +1,5 @@
-"""Support for minibert/distillation.py: the student folder on disk.
+"""The run of minibert/distillation.py saves its student here: the student
+folder on disk, and load_student reads it back (distill.py --student).
 
 A student folder holds student.safetensors (the BiLSTM's weights), its
 vocabulary (vocab.txt, or the teacher's tokenizer files) and student.json
