@@ -1,8 +1,8 @@
 """A fine-tuned folder is a complete Hugging Face model folder
 (minibert/checkpoints/task_heads.py): transformers' Auto classes load it with
 nothing missing or unexpected and give minibert's logits, its pipeline names
-minibert's labels with minibert's probabilities, and minibert still reads
-the folders it wrote before the head moved into model.safetensors."""
+minibert's labels with minibert's probabilities, and a folder without its
+head is a one-line error."""
 
 import json
 
@@ -173,17 +173,6 @@ def old_layout_folder(folder, tuned, task):
     write_record(folder, finetuning.TASK_FILE, {"task": task.name, "labels": task.labels, "max_seq_len": 32})
 
 
-def test_a_folder_in_the_old_layout_still_loads_with_the_same_logits(tmp_path):
-    _, tuned = fine_tuned_folder(tmp_path, "bert", "conll2003")
-    old = tmp_path / "old"
-    old_layout_folder(old, tuned, make_task("conll2003", labels=NER_LABELS))
-    assert json.loads((old / "config.json").read_text())["architectures"] == ["BertModel"]
-    loaded, task, _, _ = finetuning.load_task_model(old, make_task)
-    inputs = random_batch(tuned.base_model.config.vocab_size, seed=3)
-    assert task.labels == NER_LABELS
-    assert torch.equal(minibert_logits(loaded, inputs), minibert_logits(tuned, inputs))
-
-
 def test_a_new_save_over_an_old_layout_folder_drops_head_safetensors_and_keeps_the_checkpoint(tmp_path):
     _, tuned = fine_tuned_folder(tmp_path, "bert", "sst2")
     task = make_task("sst2")
@@ -194,6 +183,17 @@ def test_a_new_save_over_an_old_layout_folder_drops_head_safetensors_and_keeps_t
     assert not (folder / "head.safetensors").exists()
     assert (folder / "checkpoint.pt").read_bytes() == b"the run's checkpoint"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []   # nothing left beside it
+
+
+def test_a_folder_whose_model_safetensors_holds_no_head_is_a_one_line_error(tmp_path):
+    from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
+    folder, _ = fine_tuned_folder(tmp_path, "bert", "sst2")
+    tensors = load_safetensors(folder / "model.safetensors")
+    save_safetensors({name: t for name, t in tensors.items() if not name.startswith("classifier.")},
+                     folder / "model.safetensors")
+    with pytest.raises(MiniBertError, match=r"model.safetensors: tensor 'classifier.weight' of the sst2 head with 2 "
+                                        r"labels is missing$"):
+        finetuning.load_task_model(folder, make_task)
 
 
 def test_a_head_stored_as_integers_is_a_one_line_error(tmp_path):
