@@ -47,9 +47,9 @@ def dead_pid():
 
 def test_a_new_folder_replaces_the_old_one_whole_and_keeps_its_other_files(tmp_path):
     folder = tmp_path / "run"
-    write_folder(folder, write_files(model_safetensors="epoch 1", task_json="1", head_safetensors="old head"))
+    write_folder(folder, write_files(model_safetensors="epoch 1", task_json="1", tokenizer_json="another model's"))
     (folder / "checkpoint.pt").write_text("the run's checkpoint")
-    write_folder(folder, write_files(model_safetensors="epoch 2", task_json="2"), leave_behind=("head.safetensors",))
+    write_folder(folder, write_files(model_safetensors="epoch 2", task_json="2"), leave_behind=("tokenizer.json",))
     assert {p.name: p.read_text() for p in folder.iterdir()} == {
         "model.safetensors": "epoch 2", "task.json": "2", "checkpoint.pt": "the run's checkpoint"}
     assert [p.name for p in tmp_path.iterdir()] == ["run"]                 # nothing left beside it

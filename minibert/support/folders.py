@@ -26,8 +26,8 @@ def write_folder(folder, write_into, leave_behind=()):
     sibling folder; then the old folder (if any) is renamed away, the new
     one renamed into place, and the old one deleted. Whatever the old folder
     holds that the new one does not (the run's checkpoint.pt, a user's
-    files) is carried over, except the names in `leave_behind` (files of an
-    older layout the new one replaces). A kill at any point leaves the old
+    files) is carried over, except the names in `leave_behind` (the files of
+    another model that --force writes over). A kill at any point leaves the old
     folder or the new one, complete, plus leftovers recover_folder removes."""
     folder = Path(folder).absolute()
     if folder.is_symlink():              # replace the folder the link points to, and keep the link

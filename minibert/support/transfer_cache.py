@@ -27,10 +27,11 @@ CACHE_FORMAT = 1                           # bump when the cache file's content 
 
 def teacher_fingerprint(folder):
     """A SHA-256 of the files that decide the teacher's logits: its config,
-    weights, head, task.json (labels, max_seq_len) and tokenizer files."""
+    weights (the head's among them), task.json (labels, max_seq_len) and
+    tokenizer files."""
     digest = hashlib.sha256()
-    names = ("config.json", "model.safetensors", "pytorch_model.bin", "head.safetensors", "task.json",
-             "vocab.txt", "spiece.model", "tokenizer.json", "tokenizer_config.json")
+    names = ("config.json", "model.safetensors", "pytorch_model.bin", "task.json", "vocab.txt", "spiece.model",
+             "tokenizer.json", "tokenizer_config.json")
     for name in names:
         path = Path(folder) / name
         if path.is_file():
