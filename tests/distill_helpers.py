@@ -7,6 +7,7 @@ import torch
 from minibert import finetuning
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.model import BertModel
+from minibert.support.fingerprints import tokenizer_fingerprint
 from minibert.tasks import make_task
 from minibert.tokenization import load_tokenizer
 from tiny_models import FILLER, NEGATIVE, POSITIVE, sentiment_rows, tiny_config, write_sst2, write_vocab
@@ -27,7 +28,9 @@ def make_teacher(folder, base, task_name, seed=0, labels=None):
     finetuning.add_pooler_if_missing(base_model)
     task = make_task(task_name, labels=labels)
     model = finetuning.TaskModel(base_model, task.make_head(base_model.config), task.uses_pooler)
-    finetuning.save_task_model(model, task, load_tokenizer(base), folder, {"max_seq_len": 32})
+    tokenizer = load_tokenizer(base)
+    finetuning.save_task_model(model, task, tokenizer, folder,
+                               {"max_seq_len": 32, "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer)})
     return folder
 
 

@@ -16,6 +16,7 @@ from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.heads import add_pooler_if_missing
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
+from minibert.support.fingerprints import tokenizer_fingerprint
 from minibert.support.folders import write_record
 from minibert.tasks import make_task
 from minibert.tokenization import load_tokenizer
@@ -61,7 +62,9 @@ def fine_tuned_folder(root, family, task_name):
         for parameter in tuned.head.parameters():
             parameter.normal_(0, 0.5)
     folder = root / f"{family}-{task_name}"
-    finetuning.save_task_model(tuned, task, load_tokenizer(base), folder, {"max_seq_len": 32, "base_model": str(base)})
+    tokenizer = load_tokenizer(base)
+    finetuning.save_task_model(tuned, task, tokenizer, folder, {"max_seq_len": 32, "base_model": str(base),
+                                                               "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer)})
     return folder, tuned
 
 
