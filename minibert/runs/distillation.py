@@ -186,11 +186,8 @@ def resume_config(task, settings, total_steps, model, tokenizer, record=None):
         flags["--teacher"] = file_identity(weights) if weights is not None and weights.is_file() else teacher
         flags["--no-teacher"] = not record["distilled"]
         flags["--train"] = file_identity(record["train_file"])
-    model_config = model.config.to_dict()
-    if model_config.get("embeddings_mode") != "multichannel":    # one table, as before the field: older
-        model_config.pop("embeddings_mode", None)                # checkpoints still resume (the flag tells the mode)
     return {"task": task.name, "total_steps": total_steps, "batch_size": settings.batch_size, "seed": settings.seed,
-            "grad_accum_steps": 1, "model_config": model_config,
+            "grad_accum_steps": 1, "model_config": model.config.to_dict(),
             "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer), "settings": flags}
 
 
