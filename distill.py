@@ -266,7 +266,7 @@ def distil(args):
     from minibert.support.folders import lock_output, recover_folder
     from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
     from minibert.support.reports import json_safe
-    from minibert.support.student_folder import STUDENT_FILE
+    from minibert.runs.student_folder import STUDENT_FILE
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
     inputs = {"--teacher": args.teacher, "--train": args.train, "--eval": args.eval, "--pos-file": args.pos_file,
@@ -322,7 +322,7 @@ def predict_or_evaluate(args):
     from minibert.support.fileio import write_json
     from minibert.support.outputs import check_output_file
     from minibert.support.reports import format_metrics
-    from minibert.support.student_folder import load_student
+    from minibert.runs.student_folder import load_student
 
     from minibert.support.inputs import read_once
     path = Path(args.predict or args.eval)

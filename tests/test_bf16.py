@@ -10,9 +10,9 @@ import torch
 from minibert import probing, walkthrough
 from minibert.checkpoints import load_pretrained
 from minibert.lstm import BiLSTMClassifier
+from minibert.runs.student_folder import save_student
 from minibert.support.devices import autocast
 from minibert.support.student_config import StudentConfig
-from minibert.support.student_folder import save_student
 from minibert.support.student_inputs import PieceTokenizer
 from minibert.tasks import make_task
 from minibert.tokenization import load_tokenizer

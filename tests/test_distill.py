@@ -12,10 +12,10 @@ from distill_helpers import TINY_STUDENT, make_distillation_data, one_thread
 from helpers import REPO, run_script_in_process
 from minibert.lstm import BiLSTMClassifier
 from minibert.runs import distillation as distillation_run
+from minibert.runs.student_folder import load_student
 from minibert.support.cli import run
 from minibert.support.errors import MiniBertError
 from minibert.support.student_config import StudentConfig
-from minibert.support.student_folder import load_student
 from minibert.tokenization import load_tokenizer
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)

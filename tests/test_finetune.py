@@ -13,6 +13,8 @@ import torch
 from helpers import one_and_two_process_weights, run_script, run_script_in_process
 from minibert.checkpoints import save_pretrained
 from minibert.model import BertModel
+from minibert.support.fingerprints import tokenizer_fingerprint
+from minibert.tokenization import load_tokenizer
 from tiny_models import FILLER, NEGATIVE, POSITIVE, tiny_config, write_sst2, write_toy_sst2, write_vocab
 
 
@@ -292,7 +294,13 @@ def test_ensemble_members_must_share_their_vocabulary_not_only_its_size(tuned, s
                                            "--quiet")
     assert code == 1 and f"{copy}: its tokenizer files (vocab.txt, ...) are not the vocabulary" in captured.err
     record = json.loads((copy / "task.json").read_text())
-    del record["vocabulary_fingerprint"]                         # a folder written before task.json had it
+    del record["vocabulary_fingerprint"]                         # without it the vocabulary cannot be checked
+    (copy / "task.json").write_text(json.dumps(record))
+    code, captured = run_script_in_process(capsys, "finetune.py", "--ensemble", folder, copy, "--eval", setup[2],
+                                           "--quiet")
+    assert code == 1 and f"{copy / 'task.json'}: field 'vocabulary_fingerprint' is missing" in captured.err, \
+        captured.err
+    record["vocabulary_fingerprint"] = tokenizer_fingerprint(load_tokenizer(copy))   # its own, but not the other's
     (copy / "task.json").write_text(json.dumps(record))
     code, captured = run_script_in_process(capsys, "finetune.py", "--ensemble", folder, copy, "--eval", setup[2],
                                            "--quiet")

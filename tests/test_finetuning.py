@@ -25,7 +25,7 @@ from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask
 from minibert.training import make_optimizer, training_step, warmup_then_linear_decay
 from minibert.runs.training import TrainingConfig, setup_context, train
-from tiny_models import BagOfWordsClassifier, random_batch, tiny_config, write_toy_sst2
+from tiny_models import random_batch, tiny_config, write_toy_sst2
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,7 @@
-"""minibert/support/folders.py: weights as safetensors and a JSON record,
-written atomically, read back with one-line errors; a model folder written
-as one unit, so that a writer killed at any point leaves one whole folder
-(the old or the new) with the run's checkpoint, and its leftovers are put
-right by the next run."""
+"""minibert/support/folders.py: a JSON record, written atomically, read
+back with one-line errors; a model folder written as one unit, so that a
+writer killed at any point leaves one whole folder (the old or the new)
+with the run's checkpoint, and its leftovers are put right by the next run."""
 
 import json
 import os
@@ -11,38 +10,9 @@ import sys
 import textwrap
 
 import pytest
-import torch
-import torch.nn as nn
 
 from minibert.support.errors import MiniBertError
-from minibert.support.folders import (load_weights, read_record, recover_folder, save_weights, write_folder,
-                                      write_record)
-
-
-def test_weights_round_trip_exactly(tmp_path):
-    torch.manual_seed(0)
-    saved = nn.Linear(4, 3)
-    save_weights(saved, tmp_path / "w.safetensors")
-    loaded = load_weights(nn.Linear(4, 3), tmp_path / "w.safetensors", "a 4 -> 3 layer")
-    assert torch.equal(loaded.weight, saved.weight) and torch.equal(loaded.bias, saved.bias)
-    assert [p.name for p in tmp_path.iterdir()] == ["w.safetensors"]          # no temporary file left
-
-
-def test_weights_of_another_shape_name_the_file_what_and_the_tensor(tmp_path):
-    save_weights(nn.Linear(4, 3), tmp_path / "w.safetensors")
-    with pytest.raises(MiniBertError) as error:
-        load_weights(nn.Linear(4, 2), tmp_path / "w.safetensors", "the sst2 head with 2 labels")
-    message = str(error.value)
-    assert "\n" not in message
-    assert message.startswith(f"{tmp_path / 'w.safetensors'}: does not fit the sst2 head with 2 labels (size mismatch "
-                              f"for weight")
-
-
-def test_integer_weights_are_refused_not_cast(tmp_path):
-    from minibert.checkpoints.safetensors import save_safetensors
-    save_safetensors({"weight": torch.ones(3, 4, dtype=torch.int64), "bias": torch.zeros(3)}, tmp_path / "w.safetensors")
-    with pytest.raises(MiniBertError, match=r"w.safetensors: tensor 'weight' has dtype int64; expected a floating"):
-        load_weights(nn.Linear(4, 3), tmp_path / "w.safetensors", "a 4 -> 3 layer")
+from minibert.support.folders import read_record, recover_folder, write_folder, write_record
 
 
 def test_a_record_round_trips_and_a_missing_file_or_field_is_one_line(tmp_path):
@@ -77,9 +47,9 @@ def dead_pid():
 
 def test_a_new_folder_replaces_the_old_one_whole_and_keeps_its_other_files(tmp_path):
     folder = tmp_path / "run"
-    write_folder(folder, write_files(model_safetensors="epoch 1", task_json="1", head_safetensors="old head"))
+    write_folder(folder, write_files(model_safetensors="epoch 1", task_json="1", tokenizer_json="another model's"))
     (folder / "checkpoint.pt").write_text("the run's checkpoint")
-    write_folder(folder, write_files(model_safetensors="epoch 2", task_json="2"), leave_behind=("head.safetensors",))
+    write_folder(folder, write_files(model_safetensors="epoch 2", task_json="2"), leave_behind=("tokenizer.json",))
     assert {p.name: p.read_text() for p in folder.iterdir()} == {
         "model.safetensors": "epoch 2", "task.json": "2", "checkpoint.pt": "the run's checkpoint"}
     assert [p.name for p in tmp_path.iterdir()] == ["run"]                 # nothing left beside it

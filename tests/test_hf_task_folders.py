@@ -1,8 +1,8 @@
 """A fine-tuned folder is a complete Hugging Face model folder
 (minibert/checkpoints/task_heads.py): transformers' Auto classes load it with
 nothing missing or unexpected and give minibert's logits, its pipeline names
-minibert's labels with minibert's probabilities, and minibert still reads
-the folders it wrote before the head moved into model.safetensors."""
+minibert's labels with minibert's probabilities, and a folder without its
+head is a one-line error."""
 
 import json
 
@@ -16,7 +16,6 @@ from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.heads import add_pooler_if_missing
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
-from minibert.support.folders import write_record
 from minibert.tasks import make_task
 from minibert.tokenization import load_tokenizer
 from tiny_models import random_batch, tiny_config, write_sst2, write_vocab
@@ -172,13 +171,14 @@ def test_a_save_over_the_folder_keeps_the_runs_checkpoint(tmp_path):
     assert sorted(p.name for p in folder.parent.iterdir() if p.name.startswith(".")) == []   # nothing left beside it
 
 
-def test_an_encoder_folder_with_a_task_record_but_no_head_is_a_one_line_error(tmp_path):
-    _, tuned = fine_tuned_folder(tmp_path, "bert", "sst2")
-    folder = tmp_path / "encoder-only"
-    save_pretrained(tuned.base_model, folder, tokenizer=load_tokenizer(tuned.base_model.source_dir))
-    write_record(folder, finetuning_run.TASK_FILE, {"task": "sst2", "labels": ["0", "1"], "max_seq_len": 32})
-    with pytest.raises(MiniBertError, match=r"model.safetensors: holds no task head \(the sst2 head with 2 labels "
-                                            r"expected\); is .* a fine-tuned model folder\?$"):
+def test_a_folder_whose_model_safetensors_holds_no_head_is_a_one_line_error(tmp_path):
+    from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
+    folder, _ = fine_tuned_folder(tmp_path, "bert", "sst2")
+    tensors = load_safetensors(folder / "model.safetensors")
+    save_safetensors({name: t for name, t in tensors.items() if not name.startswith("classifier.")},
+                     folder / "model.safetensors")
+    with pytest.raises(MiniBertError, match=r"model.safetensors: tensor 'classifier.weight' of the sst2 head with 2 "
+                                        r"labels is missing$"):
         finetuning_run.load_task_model(folder, make_task)
 
 

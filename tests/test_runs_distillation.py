@@ -6,9 +6,9 @@ import pytest
 from distill_helpers import make_distillation_data, make_teacher, one_thread
 from minibert.lstm import BiLSTMClassifier
 from minibert.runs.distillation import describe_run, distill, parameter_counts, resume_config, run_record
+from minibert.runs.student_folder import load_student
 from minibert.support.distillation_settings import DistillationSettings
 from minibert.support.student_config import StudentConfig
-from minibert.support.student_folder import load_student
 from minibert.support.student_inputs import WordTokenizer, build_vocabulary
 from minibert.tasks import make_task
 
@@ -36,8 +36,7 @@ def test_counts_record_and_resume_config_of_a_run():
         "sst2: 48 training examples, 900 in the transfer set, 18 batches of 50 per epoch, 540 steps; student: ")
     config = resume_config(task, settings, 540, model, tokenizer)
     other = WordTokenizer(build_vocabulary(["a bad film"]), 8)
-    # one embedding table: the config as before embeddings_mode existed, so older checkpoints still resume
-    assert config["model_config"] == {k: v for k, v in model.config.to_dict().items() if k != "embeddings_mode"}
+    assert config["model_config"] == model.config.to_dict()                  # embeddings_mode among the fields
     other_config = resume_config(task, settings, 540, model, other)
     assert config["vocabulary_fingerprint"] != other_config["vocabulary_fingerprint"]
 

@@ -12,6 +12,7 @@ import zipfile
 
 import pytest
 import torch
+import torch.nn as nn
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 from safetensors import safe_open  # noqa: E402
@@ -21,8 +22,10 @@ from minibert.checkpoints.safetensors import (  # noqa: E402
     DTYPES,
     load_safetensors,
     load_torch_bin,
+    load_weights,
     read_safetensors_metadata,
     save_safetensors,
+    save_weights,
 )
 from minibert.support.errors import MiniBertError  # noqa: E402
 from minibert.support.fileio import atomic_write, read_json_object  # noqa: E402
@@ -524,3 +527,32 @@ def test_torch_bin_without_checksums(tmp_path):
     finally:
         config.save.compute_crc32 = True
     assert torch.equal(load_torch_bin(tmp_path / "no-crc.bin")["w"], tensor)
+
+
+# ---------------------------------------------------------------------------
+# A module's weights: save_weights, load_weights
+# ---------------------------------------------------------------------------
+
+def test_weights_round_trip_exactly(tmp_path):
+    torch.manual_seed(0)
+    saved = nn.Linear(4, 3)
+    save_weights(saved, tmp_path / "w.safetensors")
+    loaded = load_weights(nn.Linear(4, 3), tmp_path / "w.safetensors", "a 4 -> 3 layer")
+    assert torch.equal(loaded.weight, saved.weight) and torch.equal(loaded.bias, saved.bias)
+    assert [p.name for p in tmp_path.iterdir()] == ["w.safetensors"]          # no temporary file left
+
+
+def test_weights_of_another_shape_name_the_file_what_and_the_tensor(tmp_path):
+    save_weights(nn.Linear(4, 3), tmp_path / "w.safetensors")
+    with pytest.raises(MiniBertError) as error:
+        load_weights(nn.Linear(4, 2), tmp_path / "w.safetensors", "the sst2 head with 2 labels")
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"{tmp_path / 'w.safetensors'}: does not fit the sst2 head with 2 labels (size mismatch "
+                              f"for weight")
+
+
+def test_integer_weights_are_refused_not_cast(tmp_path):
+    save_safetensors({"weight": torch.ones(3, 4, dtype=torch.int64), "bias": torch.zeros(3)}, tmp_path / "w.safetensors")
+    with pytest.raises(MiniBertError, match=r"w.safetensors: tensor 'weight' has dtype int64; expected a floating"):
+        load_weights(nn.Linear(4, 3), tmp_path / "w.safetensors", "a 4 -> 3 layer")

@@ -26,7 +26,7 @@ def test_student_config_errors_name_the_source_and_the_field():
 
 def test_fields_are_completed_with_the_defaults_and_checked():
     defaults = {"embedding_dim": 300, "hidden_size": 150, "fc_size": 200, "pair": False, "pooling": "final",
-                "dropout": 0.1, "padding_id": 0}
+                "dropout": 0.1, "padding_id": 0, "embeddings_mode": "rand"}
     values = student_fields_from({"vocab_size": 10, "num_classes": 2, "pair": True}, "s.json", defaults)
     assert values == {**defaults, "vocab_size": 10, "num_classes": 2, "pair": True}
     with pytest.raises(MiniBertError, match="s.json: expected an object of student config fields, got list"):

@@ -11,7 +11,7 @@ import pytest
 from distill_helpers import make_distillation_data, make_teacher, one_thread
 from minibert.runs import distillation as distillation_run
 from minibert.support.distillation_settings import DistillationSettings
-from minibert.support.transfer_cache import CACHE_FORMAT, load_transfer_cache, save_transfer_cache
+from minibert.support.transfer_cache import CACHE_FORMAT, load_transfer_cache, save_transfer_cache, transfer_key
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
 from tiny_models import sentiment_rows, write_sst2
@@ -65,6 +65,17 @@ def test_teacher_logits_are_cached_and_recomputed_when_teacher_data_or_settings_
         cache_file.write_bytes(b"not a zip")
     run()
     assert len(calls) == 6
+
+
+def test_the_key_names_every_augmentation_setting_the_pair_mode_included(tmp_path):
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na good film\t1\n")
+    settings = DistillationSettings(pos_file=str(tmp_path / "pos.txt"))
+
+    def key(**changes):
+        return transfer_key(tmp_path, tmp_path / "train.tsv", dataclasses.replace(settings, **changes),
+                            make_task("mrpc"), 1)
+    assert len({key(), key(pair_augment="independent"), key(n_iter=3), key(augment=False)}) == 4
+    assert key(augment=False) == key(augment=False, pair_augment="independent")   # no samples: no pair mode
 
 
 def test_a_cache_file_holds_the_samples_as_json_and_answers_only_its_own_key(tmp_path):

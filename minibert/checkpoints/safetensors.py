@@ -32,6 +32,9 @@ stored twice: the writer refuses two names that share memory, and the caller
 keeps one name and re-ties after loading.
 
 minibert assumes a little-endian machine (x86, ARM) when writing.
+
+save_weights and load_weights store one module's state_dict this way (a
+distilled student's weights), with one-line errors for weights that do not fit.
 """
 
 import json
@@ -332,6 +335,34 @@ def tensor_bytes(tensor):
     # Reinterpreting as bytes works for every dtype, including bfloat16 and
     # bool, which numpy cannot represent or stores differently.
     return tensor.reshape(-1).view(torch.uint8).numpy()
+
+
+# ---------------------------------------------------------------------------
+# A module's weights: its state_dict as one file
+# ---------------------------------------------------------------------------
+
+def save_weights(module, path):
+    """module.state_dict() -> a safetensors file (cpu, contiguous), atomically."""
+    save_safetensors({name: tensor.detach().cpu().contiguous() for name, tensor in module.state_dict().items()},
+                     path, metadata={"format": "pt"})
+
+
+def load_weights(module, path, what):
+    """Fill `module` from a safetensors file written by save_weights. A missing
+    or extra key, or a shape that differs, is a MiniBertError naming the file
+    and `what` the module is (e.g. "the sst2 head with 2 labels"), and so is
+    an integer or boolean tensor, which load_state_dict would cast silently."""
+    weights = load_safetensors(path)
+    for name, value in weights.items():
+        if not value.is_floating_point():
+            raise MiniBertError(f"{path}: tensor {name!r} has dtype {str(value.dtype).removeprefix('torch.')}; "
+                                f"expected a floating-point weight")
+    try:
+        module.load_state_dict(weights)
+    except RuntimeError as e:
+        lines = [line.strip() for line in str(e).splitlines()]   # torch: a title, then one line per problem
+        raise MiniBertError(f"{path}: does not fit {what} ({lines[1] if len(lines) > 1 else lines[0]})") from None
+    return module
 
 
 # ---------------------------------------------------------------------------

@@ -85,17 +85,13 @@ def head_state_dict(head):
 
 
 def load_task_head(head, weights_file, what):
-    """Fill `head` from a fine-tuned folder's model.safetensors. Returns the
-    head, or None when the file holds no task head (folders written before
-    the head moved into model.safetensors keep it in head.safetensors).
-    A missing tensor, one of another shape or not a float is a
+    """Fill `head` from a fine-tuned folder's model.safetensors and return it.
+    A missing file or tensor, a tensor of another shape or not a float is a
     MiniBertError naming the file and `what` the head is."""
     names = head_tensor_names(head_kind(head))
     if not Path(weights_file).is_file():
-        return None
+        raise MiniBertError(f"{weights_file}: no such file, which holds {what}")
     tensors = load_safetensors(weights_file, names=[name.theirs for name in names])
-    if not tensors:
-        return None
     shapes = {key: tuple(value.shape) for key, value in head.state_dict().items()}
     state = {}
     for name in names:

@@ -22,10 +22,10 @@ from minibert.distillation import (DistillationObjective, build_student, make_tr
                                    student_features, student_tokenizer, teacher_logits)
 from minibert.finetuning import LengthGroupedBatches
 from minibert.runs.finetuning import BestEpoch, evaluate, load_task_model
+from minibert.runs.student_folder import previous_best, save_student
 from minibert.support.distillation_settings import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.support.outputs import CHECKPOINT, file_identity
 from minibert.support.student_inputs import collate_student
-from minibert.support.student_folder import previous_best, save_student
 from minibert.support.transfer_cache import cached_transfer_set
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.runs.training import TrainingConfig, setup_context, train
@@ -187,11 +187,8 @@ def resume_config(task, settings, total_steps, model, tokenizer, record=None):
         flags["--teacher"] = file_identity(weights) if weights is not None and weights.is_file() else teacher
         flags["--no-teacher"] = not record["distilled"]
         flags["--train"] = file_identity(record["train_file"])
-    model_config = model.config.to_dict()
-    if model_config.get("embeddings_mode") != "multichannel":    # one table, as before the field: older
-        model_config.pop("embeddings_mode", None)                # checkpoints still resume (the flag tells the mode)
     return {"task": task.name, "total_steps": total_steps, "batch_size": settings.batch_size, "seed": settings.seed,
-            "grad_accum_steps": 1, "model_config": model_config,
+            "grad_accum_steps": 1, "model_config": model.config.to_dict(),
             "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer), "settings": flags}
 
 

@@ -97,8 +97,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     # The model as load_pretrained finds it again: its name or path, the bundled one by its folder's name.
     base_name = str(model_name) if model_name is not None else base_model.source_dir.name
     settings = {"max_seq_len": max_seq_len, "base_model": base_name, **getattr(task, "settings", {}),
-                **(settings or {}),     # and the vocabulary, so that predict() notices a vocab.txt replaced
-                "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer)}
+                **(settings or {})}
     objective = Objective(task)
     if sift is not None:
         from minibert.sift import SiftObjective
@@ -165,13 +164,15 @@ def save_task_model(model, task, tokenizer, folder, settings, metrics=None):
     encoder and the head under the names transformers' For<Task> model uses,
     config.json with its architecture and labels; checkpoints/task_heads.py)
     and task.json (the task, its labels, the settings the features were
-    made with, the metrics). The folder's other files (checkpoint.pt) are
+    made with, the metrics, and the vocabulary's fingerprint, so that
+    load_task_model notices a vocab.txt replaced). The folder's other files (checkpoint.pt) are
     carried over."""
     metrics_field = {"metrics": metrics} if metrics is not None else {}
 
     def write_into(staging):
         save_pretrained(model.base_model, staging, tokenizer=tokenizer, head=model.head, labels=task.labels)
-        write_record(staging, TASK_FILE, {"task": task.name, "labels": task.labels, **settings, **metrics_field})
+        write_record(staging, TASK_FILE, {"task": task.name, "labels": task.labels, **settings, **metrics_field,
+                                          "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer)})
 
     write_folder(folder, write_into)
 
@@ -195,9 +196,7 @@ def load_task_model(folder, make_task, overrides=None):
     base_model = load_pretrained(folder)
     head = task.make_head(base_model.config)
     what = f"the {record['task']} head with {len(task.labels or [])} labels"
-    if load_task_head(head, Path(folder) / "model.safetensors", what) is None:
-        raise MiniBertError(f"{Path(folder) / 'model.safetensors'}: holds no task head ({what} expected); "
-                            f"is {folder} a fine-tuned model folder?")
+    load_task_head(head, Path(folder) / "model.safetensors", what)
     model, tokenizer = TaskModel(base_model, head, task.uses_pooler).eval(), load_tokenizer(folder)
     check_tokenizer_matches(folder, tokenizer, base_model.config, record)
     return model, task, tokenizer, record

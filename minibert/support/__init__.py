@@ -7,7 +7,7 @@ Shared by every lesson and script:
 
     errors.py                  MiniBertError, the one exception raised for bad input
     fileio.py                  atomic writes (temporary name, then rename), JSON files
-    folders.py                 a module's weights and a JSON record in a model folder
+    folders.py                 a model folder written as one unit; a JSON record in it; one run per folder
     cli.py                     the scripts' flag checks and one-line `error: ...` exits
     inputs.py                  input files that are pipes, read once; the message for a path that is no file
     reports.py                 metrics as a small table on screen, results ready for JSON
@@ -30,6 +30,5 @@ For one lesson each:
     student_inputs.py          distillation.py: the student's text -> ids (words, or the teacher's pieces) -> batches
     word_vectors.py            distillation.py: the vectors the student's embeddings start from
     transfer_cache.py          distillation.py: the transfer set and teacher logits, cached by fingerprint
-    student_folder.py          distillation.py: the student folder on disk
     distillation_settings.py   distillation.py: a run's settings and their checks
 """

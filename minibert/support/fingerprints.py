@@ -9,6 +9,7 @@ is refused instead of quietly feeding the model the wrong ids.
 
 import hashlib
 import json
+from pathlib import Path
 
 from minibert.support.errors import MiniBertError
 
@@ -28,11 +29,13 @@ def check_tokenizer_matches(folder, tokenizer, config, record):
     """A fine-tuned folder's tokenizer is the one its model was fine-tuned
     with. Ids beyond the embedding table would fail mid-run (an index out of
     range); another vocabulary of any size would quietly feed the model wrong
-    ids (task.json records the fingerprint; folders written before it did are
-    checked for size only)."""
+    ids (task.json records the fingerprint, and a task.json without it is
+    refused: the check cannot be made)."""
     if tokenizer.vocab_size > config.vocab_size:
         raise MiniBertError(f"{folder}: its tokenizer has {tokenizer.vocab_size} tokens, more than the model's "
                             f"vocab_size {config.vocab_size} (config.json): the vocabulary is not this model's")
-    if record.get("vocabulary_fingerprint", tokenizer_fingerprint(tokenizer)) != tokenizer_fingerprint(tokenizer):
+    if "vocabulary_fingerprint" not in record:
+        raise MiniBertError(f"{Path(folder) / 'task.json'}: field 'vocabulary_fingerprint' is missing")
+    if record["vocabulary_fingerprint"] != tokenizer_fingerprint(tokenizer):
         raise MiniBertError(f"{folder}: its tokenizer files (vocab.txt, ...) are not the vocabulary it was "
                             f"fine-tuned with (task.json's vocabulary_fingerprint): tokens or casing changed")

@@ -1,6 +1,6 @@
 """Folder I/O for what fine-tuning and distillation write: a model folder
-written as one unit, a module's weights as safetensors and a small JSON
-record beside them.
+written as one unit, and a small JSON record in it (the weights beside it
+are checkpoints/safetensors.py's save_weights).
 
 A model folder is written as one unit (write_folder): every file goes into a
 hidden sibling folder, which is then renamed into place, so a killed run
@@ -8,8 +8,8 @@ leaves either the old model or the new one, never one file of each.
 What a kill leaves behind is recognisable by its name and put right by the
 next run (recover_folder). Every single file is also written atomically (a
 temporary file renamed into place). Reading checks before it trusts: a
-missing file, a missing field or weights that do not fit end in one
-MiniBertError line naming the file.
+missing file or a missing field ends in one MiniBertError line naming the
+file.
 """
 
 import contextlib
@@ -17,7 +17,6 @@ import os
 import shutil
 from pathlib import Path
 
-from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import (DISK_FULL, LEFTOVER, fsync_folder, glob_escape, process_is_alive, read_json_object,
                                      temporary_name, write_json)
@@ -27,8 +26,8 @@ def write_folder(folder, write_into, leave_behind=()):
     sibling folder; then the old folder (if any) is renamed away, the new
     one renamed into place, and the old one deleted. Whatever the old folder
     holds that the new one does not (the run's checkpoint.pt, a user's
-    files) is carried over, except the names in `leave_behind` (files of an
-    older layout the new one replaces). A kill at any point leaves the old
+    files) is carried over, except the names in `leave_behind` (the files of
+    another model that --force writes over). A kill at any point leaves the old
     folder or the new one, complete, plus leftovers recover_folder removes."""
     folder = Path(folder).absolute()
     if folder.is_symlink():              # replace the folder the link points to, and keep the link
@@ -107,30 +106,6 @@ def recover_folder(folder):
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
                 done.append(f"{folder.name}/{entry.name}")
     return done
-
-
-def save_weights(module, path):
-    """module.state_dict() -> a safetensors file (cpu, contiguous), atomically."""
-    save_safetensors({name: tensor.detach().cpu().contiguous() for name, tensor in module.state_dict().items()},
-                     path, metadata={"format": "pt"})
-
-
-def load_weights(module, path, what):
-    """Fill `module` from a safetensors file written by save_weights. A missing
-    or extra key, or a shape that differs, is a MiniBertError naming the file
-    and `what` the module is (e.g. "the sst2 head with 2 labels"), and so is
-    an integer or boolean tensor, which load_state_dict would cast silently."""
-    weights = load_safetensors(path)
-    for name, value in weights.items():
-        if not value.is_floating_point():
-            raise MiniBertError(f"{path}: tensor {name!r} has dtype {str(value.dtype).removeprefix('torch.')}; "
-                                f"expected a floating-point weight")
-    try:
-        module.load_state_dict(weights)
-    except RuntimeError as e:
-        lines = [line.strip() for line in str(e).splitlines()]   # torch: a title, then one line per problem
-        raise MiniBertError(f"{path}: does not fit {what} ({lines[1] if len(lines) > 1 else lines[0]})") from None
-    return module
 
 
 def write_record(folder, filename, record):

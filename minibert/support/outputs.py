@@ -25,8 +25,7 @@ from minibert.support.fileio import refuse_special
 # A model folder holds weights, or a record of minibert's or a config next
 # to a tokenizer's files (a Google TF folder: bert_config.json, vocab.txt).
 # A record or config.json alone is any program's JSON file.
-WEIGHTS = ("model.safetensors", "pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "head.safetensors",
-           "student.safetensors")
+WEIGHTS = ("model.safetensors", "pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "student.safetensors")
 RECORD_FILES = ("config.json", "bert_config.json", "task.json", "student.json")
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "spm.model", "tokenizer_config.json")
 CHECKPOINT = "checkpoint.pt"

@@ -29,7 +29,7 @@ def check_student_fields(values, source):
             fail(name, "a positive integer")
     if not isinstance(values["pair"], bool):
         fail("pair", "true or false")
-    if values.get("embeddings_mode", "rand") not in EMBEDDINGS_MODES:       # absent: the one mode there was
+    if values["embeddings_mode"] not in EMBEDDINGS_MODES:
         fail("embeddings_mode", "'rand', 'static', 'nonstatic' or 'multichannel'")
     if values["pooling"] not in ("final", "max"):
         fail("pooling", "'final' or 'max'")

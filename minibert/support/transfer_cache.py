@@ -27,10 +27,11 @@ CACHE_FORMAT = 1                           # bump when the cache file's content 
 
 def teacher_fingerprint(folder):
     """A SHA-256 of the files that decide the teacher's logits: its config,
-    weights, head, task.json (labels, max_seq_len) and tokenizer files."""
+    weights (the head's among them), task.json (labels, max_seq_len) and
+    tokenizer files."""
     digest = hashlib.sha256()
-    names = ("config.json", "model.safetensors", "pytorch_model.bin", "head.safetensors", "task.json",
-             "vocab.txt", "spiece.model", "tokenizer.json", "tokenizer_config.json")
+    names = ("config.json", "model.safetensors", "pytorch_model.bin", "task.json", "vocab.txt", "spiece.model",
+             "tokenizer.json", "tokenizer_config.json")
     for name in names:
         path = Path(folder) / name
         if path.is_file():
@@ -48,10 +49,8 @@ def transfer_key(teacher_folder, train_file, settings, task, n_examples):
     if settings.augment:
         pos_file = settings.pos_file or DEFAULT_POS_FILE
         parts.update(n_iter=settings.n_iter, seed=settings.seed, p_mask=settings.p_mask, p_pos=settings.p_pos,
-                     p_ng=settings.p_ng, max_ngram=settings.max_ngram,
+                     p_ng=settings.p_ng, max_ngram=settings.max_ngram, pair_augment=settings.pair_augment,
                      pos_file=file_sha256(pos_file) if Path(pos_file).is_file() else None)
-        if settings.pair_augment != "consistent":     # the default stays out: older cache keys remain valid
-            parts["pair_augment"] = settings.pair_augment
     if settings.bf16:                # the teacher's logits computed under bfloat16 autocast differ a little
         parts["bf16"] = True
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

@@ -1,6 +1,5 @@
-"""minibert/support/student_folder.py: a student folder written and read back
-gives the same logits, folders written when the student's LSTM was called
-`encoder` still load, a damaged folder is a one-line error, a folder is
+"""minibert/runs/student_folder.py: a student folder written and read back
+gives the same logits, a damaged folder is a one-line error, a folder is
 replaced whole, and the plain-torch loader docs/formats.md gives reads it."""
 
 import json
@@ -10,13 +9,13 @@ import torch
 
 from distill_helpers import make_distillation_data, one_thread
 from helpers import REPO
-from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
+from minibert.checkpoints.safetensors import save_safetensors
 from minibert.distillation import student_features, student_logits
 from minibert.lstm import BiLSTMClassifier
 from minibert.runs.distillation import load_teacher
+from minibert.runs.student_folder import WEIGHTS_FILE, load_student, save_student
 from minibert.support.errors import MiniBertError
 from minibert.support.student_config import StudentConfig
-from minibert.support.student_folder import WEIGHTS_FILE, load_student, save_student
 from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
@@ -58,18 +57,6 @@ def test_a_saved_student_loads_back_with_identical_logits(setup, tmp_path):
         assert [f["input_ids"].tolist() for f in student_features(loaded_task, EXAMPLES, loaded_tokenizer)] == \
             [f["input_ids"].tolist() for f in student_features(task, EXAMPLES, tokenizer)]
         assert torch.equal(logits_of(model, task, tokenizer), logits_of(loaded, loaded_task, loaded_tokenizer))
-
-
-def test_a_folder_whose_lstm_is_named_encoder_still_loads_with_identical_logits(tmp_path):
-    model, tokenizer = saved_student(tmp_path)
-    weights = load_safetensors(tmp_path / WEIGHTS_FILE)
-    old = {name.replace("lstm.", "encoder.", 1): tensor for name, tensor in weights.items()}
-    assert "encoder.weight_ih_l0" in old and not any(name.startswith("lstm.") for name in old)
-    save_safetensors(old, tmp_path / WEIGHTS_FILE, metadata={"format": "pt"})     # as folders were written before
-    loaded, loaded_tokenizer, task = load_student(tmp_path)
-    assert "lstm.weight_ih_l0" in loaded.state_dict()
-    assert torch.equal(logits_of(model, task, tokenizer), logits_of(loaded, task, loaded_tokenizer))
-    assert torch.equal(loaded.lstm.weight_hh_l0_reverse, model.lstm.weight_hh_l0_reverse)
 
 
 def test_a_damaged_student_folder_is_a_one_line_error(tmp_path):

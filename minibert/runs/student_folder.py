@@ -1,4 +1,5 @@
-"""Support for minibert/distillation.py: the student folder on disk.
+"""The run of minibert/distillation.py saves its student here: the student
+folder on disk, and load_student reads it back (distill.py --student).
 
 A student folder holds student.safetensors (the BiLSTM's weights), its
 vocabulary (vocab.txt, or the teacher's tokenizer files) and student.json
@@ -13,11 +14,12 @@ as the checkpoint package builds a model.
 
 from pathlib import Path
 
+from minibert.checkpoints.safetensors import load_weights, save_weights
 from minibert.lstm import BiLSTMClassifier
 from minibert.support.distillation_settings import is_pair_task
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import read_json_object
-from minibert.support.folders import load_weights, read_record, save_weights, write_folder, write_record
+from minibert.support.folders import read_record, write_folder, write_record
 from minibert.support.student_config import StudentConfig
 from minibert.support.student_inputs import PieceTokenizer, WordTokenizer
 from minibert.tasks import CLASSIFICATION, make_task
@@ -73,20 +75,6 @@ def check_student_fits(folder, config, vocab_size, task, pair):
         raise MiniBertError(f"{folder / STUDENT_FILE}: pair={config.pair} does not fit task {task.name}")
 
 
-def load_student_weights(model, folder):
-    """Fill the student from student.safetensors. The student's LSTM was
-    called `encoder` in folders written before it was named `lstm`: their
-    `encoder.*` keys are read as `lstm.*`, so those folders still load."""
-    def rename_old_keys(module, state_dict, prefix, *args):
-        for key in [k for k in state_dict if k.startswith(prefix + "encoder.")]:
-            state_dict[prefix + "lstm." + key[len(prefix + "encoder."):]] = state_dict.pop(key)
-    hook = model.register_load_state_dict_pre_hook(rename_old_keys)
-    try:
-        return load_weights(model, Path(folder) / WEIGHTS_FILE, f"the student of {STUDENT_FILE}")
-    finally:
-        hook.remove()
-
-
 def previous_best(folder, main_metric):
     """The best epoch a killed run saved ({main_metric: value, ...}, its epoch), or (None, None):
     on --resume it stays the one to beat."""
@@ -106,4 +94,5 @@ def load_student(folder):
                  else PieceTokenizer(load_tokenizer(folder), record["max_seq_len"]))
     task = make_task(record["task"], labels=record["labels"])
     check_student_fits(folder, config, tokenizer.vocab_size, task, is_pair_task(task))
-    return load_student_weights(BiLSTMClassifier(config), folder).eval(), tokenizer, task
+    model = load_weights(BiLSTMClassifier(config), Path(folder) / WEIGHTS_FILE, f"the student of {STUDENT_FILE}")
+    return model.eval(), tokenizer, task
