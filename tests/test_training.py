@@ -508,7 +508,7 @@ def test_exercise_training_step_is_the_mean_cross_entropy_clipped_then_one_step(
     assert scheduler.get_last_lr() == [0.25]                       # the schedule moved on by one step
 
 
-def test_two_micro_batches_give_the_gradient_of_one_batch_twice_as_large():
+def test_exercise_training_step_adds_micro_batches_up_to_one_batch_twice_as_large():
     from minibert.finetuning import Objective
     from minibert.tasks.classification import ClassificationTask
     objective = Objective(ClassificationTask("sst2"))
