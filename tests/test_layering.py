@@ -19,6 +19,7 @@ knows no output folder.
 """
 
 import ast
+import re
 from pathlib import Path
 
 import minibert
@@ -168,3 +169,43 @@ def test_a_run_calls_its_lesson():
     graph = import_graph()
     assert "minibert.pretraining" in graph["minibert.runs.pretraining"]
     assert "minibert.distillation" in graph["minibert.runs.distillation"]
+
+
+# ----------------------------------------------------------------------------
+# The reading path: lessons only, short, and free of command lines
+# ----------------------------------------------------------------------------
+
+README = PACKAGE_DIR.parent / "README.md"
+READING_PATH_TARGET = 5000      # lines, about three quarters of the original authors' code for the same scope
+
+
+def reading_path_files():
+    """Every minibert/...py file the README's reading path names (the tasks by
+    their short names, ner.py and squad.py, as it names them)."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Reading path"):text.index("The scripts at the top")]
+    names = re.findall(r"minibert/[\w/]+\.py", section)
+    names += [f"minibert/tasks/{name}" for name in re.findall(r"`(\w+\.py)`", section)
+              if (PACKAGE_DIR / "tasks" / name).is_file()]
+    return [PACKAGE_DIR.parent / name for name in dict.fromkeys(names)]
+
+
+def test_the_reading_path_names_lessons_only_and_stays_within_its_target():
+    files = reading_path_files()
+    assert len(files) >= 15 and all(path.is_file() for path in files), files
+    for path in files:
+        level = level_of(module_name(path))
+        assert level in (LEVEL_NAMES.index("model files"), LESSONS), f"{path.name}: level {level}, not a lesson"
+    lines = sum(len(path.read_text(encoding="utf-8").splitlines()) for path in files)
+    assert lines <= READING_PATH_TARGET, f"the reading path is {lines} lines, the target {READING_PATH_TARGET}"
+
+
+def test_no_lesson_names_a_command_line_flag():
+    # A lesson's errors name its parameters; a script translates them to its flags.
+    flag = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
+    for name, path in package_modules().items():
+        if level_of(name) not in (LEVEL_NAMES.index("model files"), LESSONS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert not flag.search(node.value), f"{path.name}:{node.lineno} names a flag: {node.value!r}"
