@@ -259,3 +259,18 @@ def test_a_full_disk_inside_write_folder_is_one_line_and_keeps_the_old_folder(tm
     assert str(caught.value) == (f"{folder}: cannot write it (No space left on device, vocab.txt); "
                                  f"the previous folder is unchanged")
     assert (folder / "config.json").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_full_disk_in_an_atomic_write_inside_write_folder_names_the_folder_not_its_staging(tmp_path):
+    import errno
+    from minibert.support.fileio import atomic_write
+    folder = tmp_path / "model"
+
+    def fills_the_disk(staging):
+        with atomic_write(staging / "model.safetensors") as f:
+            f.write(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(MiniBertError) as caught:
+        write_folder(folder, fills_the_disk)
+    assert str(caught.value) == f"{folder}: cannot write it (No space left on device, model.safetensors); nothing was written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -49,10 +49,14 @@ def write_folder(folder, write_into, leave_behind=()):
         write_into(staging)
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(e, OSError) and e.errno in DISK_FULL:    # a write not made through atomic_write
+        # A write not made through atomic_write raises the OSError; atomic_write's one line (naming the
+        # file in the staging folder) keeps it as its cause.
+        cause = e.__cause__ if isinstance(e, MiniBertError) else e
+        if isinstance(cause, OSError) and cause.errno in DISK_FULL:
             kept = "the previous folder is unchanged" if folder.exists() else "nothing was written"
-            where = f", {Path(e.filename).name}" if e.filename else ""
-            raise MiniBertError(f"{folder}: cannot write it ({e.strerror}{where}); {kept}") from None
+            name = cause.filename or getattr(e, "filename", None)
+            where = f", {Path(name).name}" if name else ""
+            raise MiniBertError(f"{folder}: cannot write it ({cause.strerror}{where}); {kept}") from None
         raise
     fsync_folder(staging)
     old = staging.with_name(staging.name[:-len(".tmp")] + ".old")
