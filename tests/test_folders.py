@@ -224,18 +224,21 @@ def test_a_second_run_on_a_locked_folder_stops_with_one_line_and_the_lock_goes_a
     assert HELD_LOCKS == [] and not (tmp_path / ".out.lock").exists()
 
 
-@pytest.mark.parametrize("script", ["train_mlm.py", "duplicate.py"])
+@pytest.mark.parametrize("script", ["train_mlm.py", "duplicate.py", "finetune.py", "distill.py"])
 def test_two_runs_on_one_output_the_second_stops_before_any_work(tmp_path, capsys, script):
     from helpers import run_script_in_process
     from tiny_models import save_tiny_model
     save_tiny_model(tmp_path / "model")
     (tmp_path / "corpus.txt").write_text("the cat sat on the mat .\n" * 50)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nthe cat sat\t1\nthe mat\t0\n")
     holder = subprocess.Popen([sys.executable, "-c",
                                "import time\nfrom minibert.support.folders import lock_output\n"
                                f"lock_output({str(tmp_path / 'out')!r})\nprint('locked', flush=True)\ntime.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     args = {"train_mlm.py": ["--corpus", tmp_path / "corpus.txt", "--steps", "1"],
-            "duplicate.py": ["--model", tmp_path / "model", "--duplicate", "0"]}[script]
+            "duplicate.py": ["--model", tmp_path / "model", "--duplicate", "0"],
+            "finetune.py": ["--task", "sst2", "--model", tmp_path / "model", "--train", tmp_path / "train.tsv"],
+            "distill.py": ["--no-teacher", "--task", "sst2", "--train", tmp_path / "train.tsv"]}[script]
     try:
         assert holder.stdout.readline() == "locked\n"
         code, captured = run_script_in_process(capsys, script, *args, "--output", tmp_path / "out")
