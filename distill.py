@@ -264,7 +264,8 @@ def distil(args):
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import write_json
     from minibert.support.folders import lock_output, recover_folder
-    from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
+    from minibert.support.outputs import (check_cache_folder, check_output_file, check_training_output,
+                                          resume_from_checkpoint)
     from minibert.support.reports import json_safe
     from minibert.support.student_folder import STUDENT_FILE
 
@@ -274,6 +275,7 @@ def distil(args):
     lock_output(output)                          # one run per folder: a second one stops here
     recover_folder(output)                       # what a killed run left half-written
     check_training_output(output, STUDENT_FILE, inputs, resume=args.resume)
+    check_cache_folder("--cache-dir", args.cache_dir, {k: v for k, v in inputs.items() if k != "--cache-dir"}, output)
     if args.json:
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
     if args.plot:

@@ -173,6 +173,7 @@ def test_no_model_is_written_into_what_the_run_reads_or_inside_another_model(tmp
     from tiny_models import save_tiny_model
     save_tiny_model(tmp_path / "model")
     (tmp_path / "model" / "task.json").write_text("{}")                      # a fine-tuned folder
+    model_names = [p.name for p in (tmp_path / "model").iterdir()]
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "book.txt").write_text("the cat sat on the mat .\n" * 50)
@@ -181,6 +182,8 @@ def test_no_model_is_written_into_what_the_run_reads_or_inside_another_model(tmp
               "lies inside the model folder"),
              ("train_mlm.py", ["--corpus", corpus, "--output", tmp_path / "out", "--cache-dir",
                                tmp_path / "model" / "cache"], "--cache-dir"),
+             ("train_mlm.py", ["--corpus", corpus, "--output", tmp_path / "out", "--cache-dir",
+                               tmp_path / "model"], "--cache-dir"),
              ("duplicate.py", ["--model", tmp_path / "bare", "--duplicate", "0", "--output",
                                tmp_path / "model" / "deeper"], "lies inside the model folder")]
     save_tiny_model(tmp_path / "bare")
@@ -188,5 +191,6 @@ def test_no_model_is_written_into_what_the_run_reads_or_inside_another_model(tmp
         code, captured = run_script_in_process(capsys, script, *args)
         assert code == 1 and message in captured.err and captured.err.count("\n") == 1, (args, captured.err)
     assert sorted(p.name for p in corpus.iterdir()) == ["book.txt"]
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == sorted(model_names)
     assert not (tmp_path / "model" / "sub").exists() and not (tmp_path / "model" / "deeper").exists()
 

@@ -95,6 +95,23 @@ def check_not_in_model_folder(flag, output):
                             f"{describe(holder, model_files(holder))}; choose a place outside it")
 
 
+def check_cache_folder(flag, folder, inputs, output=None):
+    """A folder a run keeps a cache in (train_mlm.py's token cache, distill.py's
+    teacher logits): not a path the run reads nor inside one, and no model
+    folder nor inside one (the cache would add its files to that model's),
+    unless it lies inside the run's own `output`."""
+    if folder is None:
+        return
+    check_apart_from_inputs(flag, folder, inputs)
+    if output is not None and Path(folder).resolve().is_relative_to(Path(output).resolve()):
+        return
+    files = model_files(folder)
+    if files:
+        raise MiniBertError(f"{flag} {folder}: holds {describe(folder, files)}; keep the cache in a folder "
+                            f"of its own")
+    check_not_in_model_folder(flag, folder)
+
+
 def check_output_folder(output, force=False, *, flag="--output", source=None, resume=None, ignore=None):
     """The folder a run writes a model into (duplicate.py; train_mlm.py's too): it
     must be missing or empty, or force (--force) allows any folder. Never the
