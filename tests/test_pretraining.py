@@ -257,8 +257,9 @@ def test_the_final_save_replaces_the_whole_model_or_nothing(corpus_and_tokenizer
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]                        # no staging folder left
     monkeypatch.undo()
     (run / "task.json").write_text("{}")                 # as if --force had been given a fine-tuned folder
+    (run / "metrics.json").write_text("{}")
     pretraining.save_model_folder(model, tokenizer, run)
-    assert not (run / "task.json").exists()              # no stale record beside the new model
+    assert not (run / "task.json").exists() and not (run / "metrics.json").exists()   # no stale record
     assert (run / "model.safetensors").read_bytes() != before["model.safetensors"]
     assert (run / "checkpoint.pt").read_bytes() == before["checkpoint.pt"] and (run / "cache").is_dir()
 

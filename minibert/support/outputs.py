@@ -33,8 +33,8 @@ CHECKPOINT = "checkpoint.pt"
 # Every file a model folder of any kind may hold: what a new model written
 # over an old one (--force) replaces rather than keeps beside itself.
 MODEL_FOLDER_FILES = (WEIGHTS + RECORD_FILES + TOKENIZER_FILES
-                      + ("duplication.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
-                         "merges.txt", "spiece.model", "generation_config.json"))
+                      + ("duplication.json", "metrics.json", "special_tokens_map.json", "added_tokens.json",
+                         "vocab.json", "merges.txt", "spiece.model", "generation_config.json"))
 RECORDS = {"task.json": "a fine-tuned model", "student.json": "a distilled student"}
 
 
