@@ -281,6 +281,7 @@ def distil(args):
     if args.plot:
         check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
     from minibert.support.inputs import not_a_file, read_once
+    given_eval = args.eval                       # what the results name (a pipe: not its copy)
     args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
         if path and not_a_file(path, flag):
@@ -293,12 +294,12 @@ def distil(args):
         teacher_folder=args.teacher, use_teacher_logits=not args.no_teacher, device=args.device,
         resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
     kind = "distilled BiLSTM" if not args.no_teacher else "BiLSTM on gold labels"
-    print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {args.eval or '(no --eval)'}"))
+    print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {given_eval or '(no --eval)'}"))
     print(f"saved to {output} ({summary['train_seconds']:.0f} s of training, {summary['end_step']} steps)")
     if args.json:
         best = summary["best"] or {}
         teacher = {f"teacher_{k}": v for k, v in (summary["teacher_metrics"] or {}).items()}
-        results = {"task": summary["task"], "evaluated_on": args.eval, "teacher": args.teacher,
+        results = {"task": summary["task"], "evaluated_on": given_eval and str(given_eval), "teacher": args.teacher,
                    "distilled": not args.no_teacher, **best, **teacher, "parameters": summary["parameters"],
                    "parameters_without_embeddings": summary["parameters_without_embeddings"],
                    "paper_parameters": summary["paper_parameters"],
@@ -333,8 +334,9 @@ def predict_or_evaluate(args):
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
     model, tokenizer, task = load_student(args.student)
-    path = Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: read once
+    given, path = path, Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: read once
     examples = task.read(path)
+    path = given                             # from here on the input is only named
     predictions = predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,
                                   device=args.device, progress=not args.quiet, bf16=args.bf16)
     if args.predict:

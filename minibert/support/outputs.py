@@ -198,15 +198,19 @@ def check_output_files(args, inputs, owned=None, flags=("--json", "--plot")):
 
 def file_identity(path):
     """A data file as a resumed run compares it: its path, size and SHA-256
-    (a file edited in place keeps its path). None for no file."""
+    (a file edited in place keeps its path). None for no file. A pipe is
+    named as the user gave it and hashed through its copy (inputs.read_once)."""
     import hashlib
+
+    from minibert.support.inputs import as_given, copy_for
     if path is None:
         return None
+    real = copy_for(path)
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(real, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return f"{path} ({Path(path).stat().st_size} bytes, sha256 {digest.hexdigest()[:16]})"
+    return f"{as_given(str(path))} ({Path(real).stat().st_size} bytes, sha256 {digest.hexdigest()[:16]})"
 
 
 def resume_from_checkpoint(output):
