@@ -283,6 +283,7 @@ def distil(args):
     from minibert.support.inputs import not_a_file, read_once
     given_eval = args.eval                       # what the results name (a pipe: not its copy)
     args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
+    read_once(args.pos_file, "--pos-file")       # read twice (the lexicon, the cache key): through its copy
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
         if path and not_a_file(path, flag):
             raise MiniBertError(not_a_file(path, flag))

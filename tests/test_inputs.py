@@ -124,3 +124,22 @@ def test_a_run_on_pipes_records_their_names_and_resumes(tmp_path, capsys, script
     written = (tmp_path / "out" / record).read_text()
     assert json.dumps(str(tmp_path / "dev-pipe")) in written and "minibert-inputs" not in written
     assert "minibert-inputs" not in (tmp_path / "out.json").read_text()      # (a copy's name would say it)
+
+
+def test_distill_names_a_folder_given_as_pos_file_and_reads_a_piped_one_twice(tmp_path, capsys):
+    from distill_helpers import make_distillation_data
+    root = make_distillation_data(tmp_path)
+    (tmp_path / "folder").mkdir()
+    args = ["--teacher", root / "teacher", "--task", "sst2", "--train", root / "train.tsv", "--n-iter", "2",
+            "--epochs", "1", "--embedding-dim", "8", "--hidden-size", "4", "--fc-size", "4", "--quiet",
+            "--cache-dir", tmp_path / "cache"]
+    code, captured = run_script_in_process(capsys, "distill.py", *args, "--pos-file", tmp_path / "folder",
+                                           "--output", tmp_path / "s1")
+    assert code == 1 and f"--pos-file {tmp_path / 'folder'}: a folder; expected a file" in error_line(code, captured)
+    fifo_fed_with(tmp_path / "pos-pipe", (root / "pos.txt").read_bytes())   # read for the lexicon and the cache key
+    code, captured = run_script_in_process(capsys, "distill.py", *args, "--pos-file", tmp_path / "pos-pipe",
+                                           "--output", tmp_path / "s2")
+    assert code == 0, captured.err
+    code, captured = run_script_in_process(capsys, "distill.py", *args, "--pos-file", root / "pos.txt",
+                                           "--output", tmp_path / "s3")
+    assert code == 0 and len(list((tmp_path / "cache").iterdir())) == 1, captured.err   # the same lexicon, one key
