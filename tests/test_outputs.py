@@ -136,6 +136,19 @@ def script_cases(tmp_path):
         "train_mlm --json into the model it writes": (
             "train_mlm.py", ["--corpus", tmp_path / "corpus.txt", "--output", out, "--json", out / "config.json"],
             None, "lies inside the --output folder"),
+        "train_mlm --json over its vocabulary": (
+            "train_mlm.py", ["--corpus", tmp_path / "corpus.txt", "--vocab", model / "vocab.txt", "--output", out,
+                             "--json", model / "vocab.txt"], model / "vocab.txt", "is the --vocab"),
+        "probe --plot over the model's config": (
+            "probe.py", ["--model", model, "--plot", model / "config.json"], model / "config.json",
+            "lies inside the --model folder"),
+        "duplicate --plot over its sentences": (
+            "duplicate.py", ["--model", model, "--duplicate", "0", "--output", out, "--probe", "--text",
+                             tmp_path / "sentences.txt", "--plot", tmp_path / "sentences.txt"],
+            tmp_path / "sentences.txt", "is the --text"),
+        "train_mlm --plot into the model it writes": (
+            "train_mlm.py", ["--corpus", tmp_path / "corpus.txt", "--output", out, "--plot", out / "config.json"],
+            None, "lies inside the --output folder"),
         "walkthrough --json over the vocabulary": (
             "minibert/walkthrough.py", ["the cat", "--model", model, "--json", model / "vocab.txt"], model / "vocab.txt",
             "lies inside the --model folder"),
@@ -145,7 +158,9 @@ def script_cases(tmp_path):
 @pytest.mark.parametrize("case", ["probe --json over the model's config", "probe --json over its sentences",
                                   "duplicate --json over the source model", "duplicate --json into the model it writes",
                                   "train_mlm --json over its corpus", "train_mlm --json into the model it writes",
-                                  "walkthrough --json over the vocabulary"])
+                                  "walkthrough --json over the vocabulary", "train_mlm --json over its vocabulary",
+                                  "probe --plot over the model's config", "duplicate --plot over its sentences",
+                                  "train_mlm --plot into the model it writes"])
 def test_no_script_writes_its_json_over_an_input_or_a_model(tmp_path, capsys, case):
     from helpers import run_script_in_process
     script, args, kept, message = script_cases(tmp_path)[case]
