@@ -264,8 +264,8 @@ def distil(args):
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import write_json
     from minibert.support.folders import lock_output, recover_folder
-    from minibert.support.outputs import (check_cache_folder, check_output_file, check_training_output,
-                                          resume_from_checkpoint)
+    from minibert.support.outputs import (check_cache_folder, check_distinct_outputs, check_output_file,
+                                          check_training_output, resume_from_checkpoint)
     from minibert.support.reports import json_safe
     from minibert.support.student_folder import STUDENT_FILE
 
@@ -280,6 +280,7 @@ def distil(args):
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
     if args.plot:
         check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
+    check_distinct_outputs({"--json": args.json, "--plot": args.plot})
     from minibert.support.inputs import not_a_file, read_once
     given_eval = args.eval                       # what the results name (a pipe: not its copy)
     args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
@@ -324,7 +325,7 @@ def predict_or_evaluate(args):
 
     from minibert.distillation import predict_student
     from minibert.support.fileio import write_json
-    from minibert.support.outputs import check_output_file
+    from minibert.support.outputs import check_distinct_outputs, check_output_file
     from minibert.support.reports import format_metrics
     from minibert.support.student_folder import load_student
 
@@ -334,6 +335,7 @@ def predict_or_evaluate(args):
     output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
+    check_distinct_outputs({"--output": output, "--json": args.json})
     model, tokenizer, task = load_student(args.student)
     given, path = path, Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: read once
     examples = task.read(path)

@@ -209,7 +209,8 @@ def fine_tune(args):
     from minibert import finetuning
     from minibert.support.errors import MiniBertError
     from minibert.support.folders import lock_output, recover_folder
-    from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
+    from minibert.support.outputs import (check_distinct_outputs, check_output_file, check_training_output,
+                                          resume_from_checkpoint)
     from minibert.support.fileio import write_json
     from minibert.support.reports import format_metrics, json_safe
     from minibert.support.task_files import split_for_evaluation
@@ -224,6 +225,7 @@ def fine_tune(args):
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
     if args.plot:
         check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
+    check_distinct_outputs({"--json": args.json, "--plot": args.plot})
     resume = args.resume and resume_from_checkpoint(output)
     from minibert.support.inputs import read_once
     given_train, given_eval = args.train, args.eval      # what records and messages name (a pipe: not its copy)
@@ -279,7 +281,7 @@ def predict_or_evaluate(args):
 
     from minibert import finetuning
     from minibert.support.fileio import write_json
-    from minibert.support.outputs import check_output_file
+    from minibert.support.outputs import check_distinct_outputs, check_output_file
     from minibert.support.reports import format_metrics
     from minibert.support.task_files import split_for_evaluation
     from minibert.tasks import make_task
@@ -291,6 +293,7 @@ def predict_or_evaluate(args):
     output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
+    check_distinct_outputs({"--output": output, "--json": args.json})
     from minibert.support.inputs import read_once
     given, path = path, Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: copied once
     overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}

@@ -209,3 +209,23 @@ def test_no_model_is_written_into_what_the_run_reads_or_inside_another_model(tmp
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == sorted(model_names)
     assert not (tmp_path / "model" / "sub").exists() and not (tmp_path / "model" / "deeper").exists()
 
+
+
+def test_two_outputs_of_one_run_are_never_one_file_and_a_plot_has_a_format(tmp_path, capsys):
+    from helpers import run_script_in_process
+    from tiny_models import save_tiny_model
+    save_tiny_model(tmp_path / "model")
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\nthe cat sat\t1\n")
+    cases = [("probe.py", ["--model", tmp_path / "model", "--json", tmp_path / "both.png", "--plot",
+                           tmp_path / "both.png"], "--plot", "is also the --json this run writes"),
+             ("train_mlm.py", ["--corpus", tmp_path / "dev.tsv", "--output", tmp_path / "run", "--json",
+                               tmp_path / "both.png", "--plot", tmp_path / "both.png"], "--plot", "is also the --json"),
+             ("finetune.py", ["--model", tmp_path / "model", "--predict", tmp_path / "dev.tsv", "--output",
+                              tmp_path / "both.png", "--json", tmp_path / "both.png"], "--json", "is also the --output"),
+             ("probe.py", ["--model", tmp_path / "model", "--plot", tmp_path / "figure.out"], "--plot",
+              ".out is no format matplotlib writes")]
+    for script, args, flag, message in cases:
+        code, captured = run_script_in_process(capsys, script, *args)
+        assert code == 1 and captured.err.count("\n") == 1 and f"error: {flag} " in captured.err, captured.err
+        assert message in captured.err, captured.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.tsv", "model"]

@@ -185,15 +185,33 @@ def check_output_file(output, inputs, flag="--output", owned=None):
         raise MiniBertError(f"{flag} {e}") from None
     check_apart_from_inputs(flag, output, inputs, owned)
     check_not_in_model_folder(flag, output)
+    if flag == "--plot":
+        from minibert.support.plots import check_plot_format
+        check_plot_format(output)
     return output
 
 
 def check_output_files(args, inputs, owned=None, flags=("--json", "--plot")):
-    """check_output_file for each of these flags the command line gave."""
-    for flag in flags:
-        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+    """check_output_file for each of these flags the command line gave, and
+    no two of them one file."""
+    given = {flag: getattr(args, flag.lstrip("-").replace("-", "_"), None) for flag in flags}
+    for flag, value in given.items():
         if value:
             check_output_file(value, inputs, flag, owned)
+    check_distinct_outputs(given)
+
+
+def check_distinct_outputs(outputs):
+    """The files one run writes ({flag: path, or None where not given}) are
+    distinct: two flags naming one file would leave only the last one written."""
+    seen = {}
+    for flag, path in outputs.items():
+        if not path:
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise MiniBertError(f"{flag} {path}: is also the {seen[key]} this run writes; give each its own file")
+        seen[key] = flag
 
 
 def file_identity(path):

