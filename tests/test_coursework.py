@@ -595,3 +595,12 @@ def test_check_json_where_nothing_fits_is_one_line_before_grading(tmp_path):
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert f"--json {results}: cannot write there (File too large); nothing was graded" in done.stderr
     assert not done.stdout and sorted(p.name for p in results.parent.iterdir()) == []
+
+
+def test_sweep_json_inside_the_swept_package_or_tests_is_refused_before_the_sweep(tmp_path):
+    repo = make_fake_repo(tmp_path)
+    for target in (repo / "minibert" / "lesson.py", repo / "tests" / "test_lesson.py"):
+        before = target.read_text()
+        done = run_tool("sweep", "--repo", repo, "--json", target)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and f"--json {target}: inside" in done.stderr
+        assert not done.stdout and target.read_text() == before

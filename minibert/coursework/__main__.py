@@ -87,7 +87,7 @@ def run_check(args):
     return 0 if grading.all_passed(grade) else 1
 
 
-def check_results_path(path, submission, reference):
+def check_results_path(path, submission, reference, package_name="the submission's package"):
     """--json: a regular file (new or old) outside the submission's package
     (wherever --repo finds it: the folder itself, minibert/ or one level
     down) and the instructor's package and tests; its folder is made if
@@ -102,7 +102,7 @@ def check_results_path(path, submission, reference):
         package = grading.find_package(submission)
     except CourseworkError:           # the grade says why; nothing of it can be written over
         package = Path(submission) / "minibert"
-    for folder, what in ((package, "the submission's package"),
+    for folder, what in ((package, package_name),
                          (Path(reference) / "minibert", "the instructor's package"),
                          (Path(reference) / "tests", "the instructor's tests")):
         folder = Path(folder).resolve()
@@ -142,6 +142,8 @@ def write_autograder(args):
 
 def run_sweep(repo, full, json_path):
     from minibert.coursework.independence import sweep
+    if json_path:                      # before the sweep, which rewrites and restores the lessons' files
+        check_results_path(json_path, repo, repo, package_name="the repository's package")
     report = sweep(repo, full=full)
     for name, entry in report["exercises"].items():
         print(f"{name:<22} {entry['region']:<40} {len(entry['tests'])} tests, {entry['rerun']} rerun blanked")
