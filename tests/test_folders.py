@@ -277,3 +277,16 @@ def test_a_full_disk_in_an_atomic_write_inside_write_folder_names_the_folder_not
         write_folder(folder, fills_the_disk)
     assert str(caught.value) == f"{folder}: cannot write it (No space left on device, model.safetensors); nothing was written"
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_folder_named_through_a_link_has_the_same_lock(tmp_path):
+    from minibert.support.folders import HELD_LOCKS, lock_output, release_locks
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    lock_output(tmp_path / "link")
+    try:
+        with pytest.raises(MiniBertError, match=f"another run \\(PID {os.getpid()}\\) is writing this folder"):
+            lock_output(tmp_path / "sub" / ".." / "real")
+    finally:
+        release_locks()
+    assert HELD_LOCKS == [] and sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]

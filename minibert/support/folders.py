@@ -191,7 +191,7 @@ def lock_output(folder, flag="--output"):
         return
     if os.environ.get("RANK", "0") != "0":
         return
-    folder = Path(folder).absolute()
+    folder = Path(folder).resolve()      # one lock for one folder, however it is named (a link to it, ..)
     folder.parent.mkdir(parents=True, exist_ok=True)
     path = folder.parent / f".{folder.name}.lock"
     while True:
