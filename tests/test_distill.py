@@ -266,7 +266,8 @@ def test_no_output_may_write_over_a_model_or_an_input(distilled, setup, tmp_path
     watched = [setup / "teacher" / "vocab.txt", setup / "teacher" / "model.safetensors", setup / "dev.tsv",
                setup / "base" / "config.json", student / "student.json"]
     before = [p.read_bytes() for p in watched]
-    listed = {folder: sorted(p.name for p in folder.iterdir()) for folder in (setup / "teacher", setup / "base", student)}
+    listed = {folder: sorted(p.name for p in folder.iterdir())
+              for folder in (setup / "teacher", setup / "base", student)}
     code, captured = run_script_in_process(capsys, "distill.py", "--cache-dir", tmp_path / "cache",
                                            *make_args(setup, student), "--quiet")        # theirs wins
     lines = captured.err.strip().splitlines()

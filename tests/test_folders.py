@@ -275,7 +275,8 @@ def test_a_full_disk_in_an_atomic_write_inside_write_folder_names_the_folder_not
             raise OSError(errno.ENOSPC, "No space left on device")
     with pytest.raises(MiniBertError) as caught:
         write_folder(folder, fills_the_disk)
-    assert str(caught.value) == f"{folder}: cannot write it (No space left on device, model.safetensors); nothing was written"
+    assert str(caught.value) == (f"{folder}: cannot write it (No space left on device, model.safetensors); "
+                                 f"nothing was written")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

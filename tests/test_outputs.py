@@ -221,7 +221,8 @@ def test_two_outputs_of_one_run_are_never_one_file_and_a_plot_has_a_format(tmp_p
              ("train_mlm.py", ["--corpus", tmp_path / "dev.tsv", "--output", tmp_path / "run", "--json",
                                tmp_path / "both.png", "--plot", tmp_path / "both.png"], "--plot", "is also the --json"),
              ("finetune.py", ["--model", tmp_path / "model", "--predict", tmp_path / "dev.tsv", "--output",
-                              tmp_path / "both.png", "--json", tmp_path / "both.png"], "--json", "is also the --output"),
+                              tmp_path / "both.png", "--json", tmp_path / "both.png"], "--json",
+              "is also the --output"),
              ("probe.py", ["--model", tmp_path / "model", "--plot", tmp_path / "figure.out"], "--plot",
               ".out is no format matplotlib writes")]
     for script, args, flag, message in cases:

@@ -53,7 +53,8 @@ def write_folder(folder, write_into, leave_behind=()):
         # file in the staging folder) keeps it as its cause.
         cause = e.__cause__ if isinstance(e, MiniBertError) else e
         if isinstance(cause, OSError) and cause.errno in DISK_FULL:
-            kept = "the previous folder is unchanged" if folder.exists() else "nothing was written"
+            old_model = folder.is_dir() and any(folder.iterdir())
+            kept = "the previous folder is unchanged" if old_model else "nothing was written"
             name = cause.filename or getattr(e, "filename", None)
             where = f", {Path(name).name}" if name else ""
             raise MiniBertError(f"{folder}: cannot write it ({cause.strerror}{where}); {kept}") from None
