@@ -264,7 +264,8 @@ def distil(args):
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import write_json
     from minibert.support.folders import lock_output, recover_folder
-    from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
+    from minibert.support.outputs import (check_cache_folder, check_distinct_outputs, check_output_file,
+                                          check_training_output, resume_from_checkpoint)
     from minibert.support.reports import json_safe
     from minibert.runs.student_folder import STUDENT_FILE
 
@@ -274,12 +275,16 @@ def distil(args):
     lock_output(output)                          # one run per folder: a second one stops here
     recover_folder(output)                       # what a killed run left half-written
     check_training_output(output, STUDENT_FILE, inputs, resume=args.resume)
+    check_cache_folder("--cache-dir", args.cache_dir, {k: v for k, v in inputs.items() if k != "--cache-dir"}, output)
     if args.json:
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
     if args.plot:
         check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
+    check_distinct_outputs({"--json": args.json, "--plot": args.plot})
     from minibert.support.inputs import not_a_file, read_once
+    given_eval = args.eval                       # what the results name (a pipe: not its copy)
     args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
+    read_once(args.pos_file, "--pos-file")       # read twice (the lexicon, the cache key): through its copy
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
         if path and not_a_file(path, flag):
             raise MiniBertError(not_a_file(path, flag))
@@ -291,12 +296,12 @@ def distil(args):
         teacher_folder=args.teacher, use_teacher_logits=not args.no_teacher, device=args.device,
         resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
     kind = "distilled BiLSTM" if not args.no_teacher else "BiLSTM on gold labels"
-    print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {args.eval or '(no --eval)'}"))
+    print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {given_eval or '(no --eval)'}"))
     print(f"saved to {output} ({summary['train_seconds']:.0f} s of training, {summary['end_step']} steps)")
     if args.json:
         best = summary["best"] or {}
         teacher = {f"teacher_{k}": v for k, v in (summary["teacher_metrics"] or {}).items()}
-        results = {"task": summary["task"], "evaluated_on": args.eval, "teacher": args.teacher,
+        results = {"task": summary["task"], "evaluated_on": given_eval and str(given_eval), "teacher": args.teacher,
                    "distilled": not args.no_teacher, **best, **teacher, "parameters": summary["parameters"],
                    "parameters_without_embeddings": summary["parameters_without_embeddings"],
                    "paper_parameters": summary["paper_parameters"],
@@ -320,7 +325,7 @@ def predict_or_evaluate(args):
 
     from minibert.distillation import predict_student
     from minibert.support.fileio import write_json
-    from minibert.support.outputs import check_output_file
+    from minibert.support.outputs import check_distinct_outputs, check_output_file
     from minibert.support.reports import format_metrics
     from minibert.runs.student_folder import load_student
 
@@ -330,9 +335,11 @@ def predict_or_evaluate(args):
     output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
+    check_distinct_outputs({"--output": output, "--json": args.json})
     model, tokenizer, task = load_student(args.student)
-    path = Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: read once
+    given, path = path, Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: read once
     examples = task.read(path)
+    path = given                             # from here on the input is only named
     predictions = predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,
                                   device=args.device, progress=not args.quiet, bf16=args.bf16)
     if args.predict:

@@ -209,7 +209,8 @@ def fine_tune(args):
     from minibert.runs import finetuning as finetuning_run
     from minibert.support.errors import MiniBertError
     from minibert.support.folders import lock_output, recover_folder
-    from minibert.support.outputs import check_output_file, check_training_output, resume_from_checkpoint
+    from minibert.support.outputs import (check_distinct_outputs, check_output_file, check_training_output,
+                                          resume_from_checkpoint)
     from minibert.support.fileio import write_json
     from minibert.support.reports import format_metrics, json_safe
     from minibert.support.task_files import split_for_evaluation
@@ -224,8 +225,10 @@ def fine_tune(args):
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
     if args.plot:
         check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
+    check_distinct_outputs({"--json": args.json, "--plot": args.plot})
     resume = args.resume and resume_from_checkpoint(output)
     from minibert.support.inputs import read_once
+    given_train, given_eval = args.train, args.eval      # what records and messages name (a pipe: not its copy)
     args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
     task = make_task(args.task, settings=task_settings(args))
     examples = task.read(Path(args.train))
@@ -235,9 +238,9 @@ def fine_tune(args):
     check_answers(task, args.train, examples, training=True)
     if args.split_eval is not None:
         examples, eval_examples = split_for_evaluation(task, examples, args.split_eval, args.seed)
-        eval_name = f"held-out {args.split_eval:.0%} of {args.train} (seed {args.seed})"
+        eval_name = f"held-out {args.split_eval:.0%} of {given_train} (seed {args.seed})"
     elif args.eval:
-        eval_examples, eval_name = task.read(Path(args.eval)), args.eval
+        eval_examples, eval_name = task.read(Path(args.eval)), str(given_eval)
         if not task.has_gold(eval_examples):
             raise MiniBertError(f"--eval {args.eval}: not every example has its label; evaluating needs a "
                                 f"labelled file")
@@ -254,7 +257,7 @@ def fine_tune(args):
         bf16=args.bf16, device=args.device, resume=resume, progress=not args.quiet,
         max_minutes=args.max_minutes, settings={**task_settings(args), "evaluated_on": eval_name},
         sift=sift_config(args), run_settings=run_settings(args, eval_name),
-        eval_name="held-out" if args.split_eval is not None else Path(args.eval or "").name,
+        eval_name="held-out" if args.split_eval is not None else Path(given_eval or "").name,
         keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer)
     best = summary.get("best")
     if best is not None:
@@ -278,7 +281,7 @@ def predict_or_evaluate(args):
 
     from minibert.runs import finetuning as finetuning_run
     from minibert.support.fileio import write_json
-    from minibert.support.outputs import check_output_file
+    from minibert.support.outputs import check_distinct_outputs, check_output_file
     from minibert.support.reports import format_metrics
     from minibert.support.task_files import split_for_evaluation
     from minibert.tasks import make_task
@@ -290,8 +293,9 @@ def predict_or_evaluate(args):
     output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
     if args.json:
         check_output_file(args.json, inputs, flag="--json")
+    check_distinct_outputs({"--output": output, "--json": args.json})
     from minibert.support.inputs import read_once
-    path = Path(read_once(path, "--predict" if args.predict else "--eval"))   # read twice: a pipe, copied once
+    given, path = path, Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: copied once
     overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}
 
     def held_out(task, examples):          # what fine-tuning with this --split-eval and --seed held out
@@ -300,6 +304,7 @@ def predict_or_evaluate(args):
                                                      batch_size=args.eval_batch_size, bf16=args.bf16, progress=not args.quiet,
                                                      overrides=overrides,
                                                      select=None if args.split_eval is None else held_out)
+    path = given                           # from here on the input is only named
     check_answers(task, path, examples)
     if args.split_eval is not None:
         path = f"held-out {args.split_eval:.0%} of {path} (seed {args.seed})"

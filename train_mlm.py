@@ -43,7 +43,6 @@ shapes the run (the corpus, by path, size and SHA-256, --lr, --warmup,
 
 import os
 import time
-from pathlib import Path
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, device, int_at_least, make_parent_folder,
                                   non_negative_float, non_negative_int, output_file, output_folder, positive_float,
@@ -253,16 +252,14 @@ def main(argv=None):
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.
     from minibert.support.fileio import LEFTOVER
-    from minibert.support.outputs import (check_apart_from_inputs, check_not_in_model_folder, check_output_files,
-                                          check_output_folder, resume_from_checkpoint)
+    from minibert.support.outputs import (check_apart_from_inputs, check_cache_folder, check_not_in_model_folder,
+                                          check_output_files, check_output_folder, resume_from_checkpoint)
     inputs = {"--corpus": args.corpus, "--heldout-corpus": args.heldout_corpus, "--vocab": args.vocab,
               "--config": args.config}
     check_output_files(args, inputs, owned={"--output": args.output, "--cache-dir": args.cache_dir})
-    for flag, folder in (("--output", args.output), ("--cache-dir", args.cache_dir)):
-        if folder is not None:               # never what the run reads, nor inside another model's folder
-            check_apart_from_inputs(flag, folder, inputs)
-            if flag == "--output" or not Path(folder).resolve().is_relative_to(Path(args.output).resolve()):
-                check_not_in_model_folder(flag, folder)      # (a cache inside the run's own --output is its own)
+    check_apart_from_inputs("--output", args.output, inputs)   # never what the run reads, nor inside another model
+    check_not_in_model_folder("--output", args.output)
+    check_cache_folder("--cache-dir", args.cache_dir, inputs, args.output)
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()

@@ -202,3 +202,78 @@ def test_a_script_main_releases_its_output_lock_when_it_returns(tmp_path):
         return 3
     assert main(["out"]) == 3 and main(["out"]) == 3      # the second call is not refused by the first's lock
     assert not HELD_LOCKS and not (tmp_path / ".out.lock").exists()
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """A tiny model with a toy SST-2 split, a fine-tuned folder and a student made from it."""
+    from helpers import run_script
+    from tiny_models import write_toy_sst2
+    root = tmp_path_factory.mktemp("toy")
+    write_toy_sst2(root)
+    for script, args in (("finetune.py", ["--task", "sst2", "--model", root / "base", "--epochs", "1",
+                                          "--max-seq-len", "32", "--output", root / "tuned"]),
+                         ("distill.py", ["--task", "sst2", "--no-teacher", "--epochs", "1", "--embedding-dim", "8",
+                                         "--hidden-size", "4", "--fc-size", "4", "--output", root / "student"])):
+        done = run_script(script, *args, "--train", root / "train.tsv", "--quiet")
+        assert done.returncode == 0, done.stderr[-2000:]
+    return root
+
+
+def full_disk_cases(root, out):
+    # (limit in bytes, script and arguments, what the error line says); each written file is over its limit
+    folder = "cannot write it (File too large, {}); nothing was written"
+    return {
+        "finetune.py checkpoint": (20_000, ["finetune.py", "--task", "sst2", "--model", root / "base", "--train",
+                                            root / "train.tsv", "--epochs", "1", "--max-seq-len", "32", "--output",
+                                            out, "--quiet"],
+                                   f"{out / 'checkpoint.pt'}: cannot write it (File too large)"),
+        "finetune.py model folder": (20_000, ["finetune.py", "--task", "sst2", "--model", root / "base", "--train",
+                                              root / "train.tsv", "--eval", root / "dev.tsv", "--epochs", "1",
+                                              "--max-seq-len", "32", "--output", out, "--quiet"],
+                                     f"{out}: " + folder.format("model.safetensors")),   # the best epoch, saved first
+        "finetune.py predictions": (300, ["finetune.py", "--model", root / "tuned", "--predict", root / "dev.tsv",
+                                          "--output", out, "--quiet"], f"{out}: cannot write it (File too large)"),
+        "finetune.py --json": (50, ["finetune.py", "--model", root / "tuned", "--eval", root / "dev.tsv", "--json",
+                                    out, "--quiet"], f"{out}: cannot write it (File too large)"),
+        "distill.py student folder": (1_000, ["distill.py", "--task", "sst2", "--no-teacher", "--train",
+                                              root / "train.tsv", "--eval", root / "dev.tsv", "--epochs", "1",
+                                              "--embedding-dim", "8",
+                                              "--hidden-size", "4", "--fc-size", "4", "--output", out, "--quiet"],
+                                      f"{out}: " + folder.format("student.safetensors")),
+        "distill.py predictions": (300, ["distill.py", "--student", root / "student", "--predict", root / "dev.tsv",
+                                         "--output", out, "--quiet"], f"{out}: cannot write it (File too large)"),
+        "distill.py --json": (50, ["distill.py", "--student", root / "student", "--eval", root / "dev.tsv", "--json",
+                                   out, "--quiet"], f"{out}: cannot write it (File too large)"),
+        "duplicate.py model folder": (300, ["duplicate.py", "--model", root / "base", "--duplicate", "0", "--output",
+                                            out], f"{out}: " + folder.format("model.safetensors")),
+        "probe.py --json": (300, ["probe.py", "--model", root / "base", "--max-sentences", "3", "--json", out],
+                            f"{out}: cannot write it (File too large)"),
+        "walkthrough --json": (300, ["minibert/walkthrough.py", "a good film", "--model", root / "base", "--json",
+                                     out], f"{out}: cannot write it (File too large)"),
+    }
+
+
+@pytest.mark.skipif(os.name == "nt", reason="RLIMIT_FSIZE is POSIX")
+@pytest.mark.parametrize("case", ["finetune.py checkpoint", "finetune.py model folder", "finetune.py predictions",
+                                  "finetune.py --json",
+                                  "distill.py student folder", "distill.py predictions", "distill.py --json",
+                                  "duplicate.py model folder", "probe.py --json", "walkthrough --json"])
+def test_a_full_disk_is_one_error_line_naming_what_was_not_written(toy, tmp_path, case):
+    # RLIMIT_FSIZE stands in for a full disk: a write past it fails with EFBIG as one past the disk's end with ENOSPC
+    import subprocess
+    import sys
+    from helpers import REPO
+    out = tmp_path / "out"
+    limit, (script, *args), message = full_disk_cases(toy, out)[case]
+    program = ("import resource, runpy, signal, sys\n"
+               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+               f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+               "sys.argv = sys.argv[1:]\n"
+               "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", program, str(REPO / script), *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error") or "Error" in line]
+    assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), done.stderr[-2000:]
+    assert not out.is_file() and not (out / "model.safetensors").exists() and not (out / "student.json").exists()
+    assert [p.name for p in tmp_path.rglob(".*") if not p.name.endswith(".lock")] == []   # no temporary file left

@@ -564,3 +564,43 @@ def test_a_full_disk_while_writing_the_student_copy_is_one_line_and_leaves_nothi
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "cannot write the student copy (File too large" in done.stderr and "nothing was left there" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]
+
+
+def test_check_json_never_lands_in_the_package_however_the_submission_is_given(tmp_path):
+    repo = make_fake_repo(tmp_path)
+    lesson = repo / "minibert" / "lesson.py"
+    before = lesson.read_text()
+    for submission in (repo, repo / "minibert", tmp_path):     # the repository, the package itself, one level up
+        done = run_tool("check", "layer-norm", "--repo", submission, "--json", lesson)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert f"--json {lesson}: inside the submission's package" in done.stderr and not done.stdout
+    assert lesson.read_text() == before
+    (tmp_path / "notes.txt").write_text("mine")
+    for target, message in ((tmp_path, "not a regular file"), (tmp_path / "notes.txt" / "results.json",
+                                                               "cannot make its folder")):
+        done = run_tool("check", "layer-norm", "--repo", repo, "--json", target)
+        assert done.returncode == 1 and f"--json {target}: {message}" in done.stderr and not done.stdout, done.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_check_json_where_nothing_fits_is_one_line_before_grading(tmp_path):
+    program = ("import resource, signal, sys\n"
+               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"        # a write fails with EFBIG, as on a full disk
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))\n"
+               "from minibert.coursework.__main__ import main\nfrom minibert.support.cli import run\n"
+               "run(main, sys.argv[1:])\n")
+    results = tmp_path / "out" / "results.json"
+    done = subprocess.run([sys.executable, "-c", program, "check", "layer-norm", "--json", str(results)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"--json {results}: cannot write there (File too large); nothing was graded" in done.stderr
+    assert not done.stdout and sorted(p.name for p in results.parent.iterdir()) == []
+
+
+def test_sweep_json_inside_the_swept_package_or_tests_is_refused_before_the_sweep(tmp_path):
+    repo = make_fake_repo(tmp_path)
+    for target in (repo / "minibert" / "lesson.py", repo / "tests" / "test_lesson.py"):
+        before = target.read_text()
+        done = run_tool("sweep", "--repo", repo, "--json", target)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and f"--json {target}: inside" in done.stderr
+        assert not done.stdout and target.read_text() == before

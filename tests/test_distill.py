@@ -254,17 +254,26 @@ USAGE_ERRORS = {"give --teacher DIR", "would only serve --embeddings teacher", "
     (lambda r, d: ["--student", d, "--predict", r / "dev.tsv", "--output", d / "student.json"],
      "lies inside the --student folder"),
     (lambda r, d: ["--student", d, "--predict", r / "dev.tsv", "--output", r / "dev.tsv"], "is the --predict"),
+    (lambda r, d: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", r / "out", "--cache-dir",
+                   r / "teacher" / "cache"], "--cache-dir"),
+    (lambda r, d: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", r / "out", "--cache-dir",
+                   d], "--cache-dir"),
+    (lambda r, d: ["--teacher", r / "teacher", "--train", r / "train.tsv", "--output", r / "out", "--cache-dir",
+                   r / "base"], "--cache-dir"),
 ])
 def test_no_output_may_write_over_a_model_or_an_input(distilled, setup, tmp_path, capsys, make_args, fragment):
     student, _ = distilled
     watched = [setup / "teacher" / "vocab.txt", setup / "teacher" / "model.safetensors", setup / "dev.tsv",
                setup / "base" / "config.json", student / "student.json"]
     before = [p.read_bytes() for p in watched]
-    code, captured = run_script_in_process(capsys, "distill.py", *make_args(setup, student), "--cache-dir",
-                                           tmp_path / "cache", "--quiet")
+    listed = {folder: sorted(p.name for p in folder.iterdir())
+              for folder in (setup / "teacher", setup / "base", student)}
+    code, captured = run_script_in_process(capsys, "distill.py", "--cache-dir", tmp_path / "cache",
+                                           *make_args(setup, student), "--quiet")        # theirs wins
     lines = captured.err.strip().splitlines()
     assert code == 1 and len(lines) == 1 and fragment in lines[0], captured.err
     assert [p.read_bytes() for p in watched] == before
+    assert {folder: sorted(p.name for p in folder.iterdir()) for folder in listed} == listed
 
 
 def test_resume_with_a_changed_setting_names_the_flag_and_both_values(setup, tmp_path, capsys):

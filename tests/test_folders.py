@@ -194,18 +194,21 @@ def test_a_second_run_on_a_locked_folder_stops_with_one_line_and_the_lock_goes_a
     assert HELD_LOCKS == [] and not (tmp_path / ".out.lock").exists()
 
 
-@pytest.mark.parametrize("script", ["train_mlm.py", "duplicate.py"])
+@pytest.mark.parametrize("script", ["train_mlm.py", "duplicate.py", "finetune.py", "distill.py"])
 def test_two_runs_on_one_output_the_second_stops_before_any_work(tmp_path, capsys, script):
     from helpers import run_script_in_process
     from tiny_models import save_tiny_model
     save_tiny_model(tmp_path / "model")
     (tmp_path / "corpus.txt").write_text("the cat sat on the mat .\n" * 50)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nthe cat sat\t1\nthe mat\t0\n")
     holder = subprocess.Popen([sys.executable, "-c",
                                "import time\nfrom minibert.support.folders import lock_output\n"
                                f"lock_output({str(tmp_path / 'out')!r})\nprint('locked', flush=True)\ntime.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     args = {"train_mlm.py": ["--corpus", tmp_path / "corpus.txt", "--steps", "1"],
-            "duplicate.py": ["--model", tmp_path / "model", "--duplicate", "0"]}[script]
+            "duplicate.py": ["--model", tmp_path / "model", "--duplicate", "0"],
+            "finetune.py": ["--task", "sst2", "--model", tmp_path / "model", "--train", tmp_path / "train.tsv"],
+            "distill.py": ["--no-teacher", "--task", "sst2", "--train", tmp_path / "train.tsv"]}[script]
     try:
         assert holder.stdout.readline() == "locked\n"
         code, captured = run_script_in_process(capsys, script, *args, "--output", tmp_path / "out")
@@ -229,3 +232,32 @@ def test_a_full_disk_inside_write_folder_is_one_line_and_keeps_the_old_folder(tm
     assert str(caught.value) == (f"{folder}: cannot write it (No space left on device, vocab.txt); "
                                  f"the previous folder is unchanged")
     assert (folder / "config.json").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_full_disk_in_an_atomic_write_inside_write_folder_names_the_folder_not_its_staging(tmp_path):
+    import errno
+    from minibert.support.fileio import atomic_write
+    folder = tmp_path / "model"
+
+    def fills_the_disk(staging):
+        with atomic_write(staging / "model.safetensors") as f:
+            f.write(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(MiniBertError) as caught:
+        write_folder(folder, fills_the_disk)
+    assert str(caught.value) == (f"{folder}: cannot write it (No space left on device, model.safetensors); "
+                                 f"nothing was written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_folder_named_through_a_link_has_the_same_lock(tmp_path):
+    from minibert.support.folders import HELD_LOCKS, lock_output, release_locks
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    lock_output(tmp_path / "link")
+    try:
+        with pytest.raises(MiniBertError, match=f"another run \\(PID {os.getpid()}\\) is writing this folder"):
+            lock_output(tmp_path / "sub" / ".." / "real")
+    finally:
+        release_locks()
+    assert HELD_LOCKS == [] and sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]

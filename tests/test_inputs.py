@@ -86,3 +86,60 @@ def test_an_error_about_a_piped_input_names_the_path_given_not_the_copy(tmp_path
     err = capsys.readouterr().err
     assert exit_info.value.code == 1 and err.count("\n") == 1
     assert f"{tmp_path / 'train.tsv'}: line 2: unknown sst2 label 'maybe'" in err and "minibert-inputs-" not in err
+
+
+def test_a_pipe_is_named_as_given_and_hashed_through_its_copy(tmp_path):
+    from minibert.support.inputs import copy_for
+    from minibert.support.outputs import file_identity
+    writer = fifo_fed_with(tmp_path / "piped.tsv", SST2)
+    copy = read_once(tmp_path / "piped.tsv", "--train")
+    writer.join(timeout=10)
+    regular = tmp_path / "regular.tsv"
+    regular.write_bytes(SST2)
+    assert copy_for(tmp_path / "piped.tsv") == copy and copy_for(regular) == regular
+    assert file_identity(copy) == file_identity(tmp_path / "piped.tsv") == file_identity(regular).replace(
+        str(regular), str(tmp_path / "piped.tsv"))
+
+
+@pytest.mark.parametrize("script", ["finetune.py", "distill.py"])
+def test_a_run_on_pipes_records_their_names_and_resumes(tmp_path, capsys, script):
+    import json
+    from tiny_models import write_toy_sst2
+    train, dev = write_toy_sst2(tmp_path)
+    args = {"finetune.py": ["--task", "sst2", "--model", tmp_path / "base", "--epochs", "2", "--batch-size", "32",
+                            "--max-seq-len", "32"],
+            "distill.py": ["--task", "sst2", "--no-teacher", "--epochs", "2", "--embedding-dim", "8",
+                           "--hidden-size", "4", "--fc-size", "4"]}[script]
+    record = {"finetune.py": "task.json", "distill.py": "student.json"}[script]
+    for again in ([], ["--resume"]):
+        for name in ("train-pipe", "dev-pipe"):
+            (tmp_path / name).unlink(missing_ok=True)        # a new pipe of the same name, as bash's <(...) gives
+        fifo_fed_with(tmp_path / "train-pipe", train.read_bytes())
+        fifo_fed_with(tmp_path / "dev-pipe", dev.read_bytes())
+        stop = [] if again else ["--max-minutes", "1e-9"]             # the first run stops after one step
+        code, captured = run_script_in_process(
+            capsys, script, *args, "--train", tmp_path / "train-pipe", "--eval", tmp_path / "dev-pipe",
+            "--output", tmp_path / "out", "--json", tmp_path / "out.json", "--quiet", *stop, *again)
+        assert code == 0, captured.err
+    written = (tmp_path / "out" / record).read_text()
+    assert json.dumps(str(tmp_path / "dev-pipe")) in written and "minibert-inputs" not in written
+    assert "minibert-inputs" not in (tmp_path / "out.json").read_text()      # (a copy's name would say it)
+
+
+def test_distill_names_a_folder_given_as_pos_file_and_reads_a_piped_one_twice(tmp_path, capsys):
+    from distill_helpers import make_distillation_data
+    root = make_distillation_data(tmp_path)
+    (tmp_path / "folder").mkdir()
+    args = ["--teacher", root / "teacher", "--task", "sst2", "--train", root / "train.tsv", "--n-iter", "2",
+            "--epochs", "1", "--embedding-dim", "8", "--hidden-size", "4", "--fc-size", "4", "--quiet",
+            "--cache-dir", tmp_path / "cache"]
+    code, captured = run_script_in_process(capsys, "distill.py", *args, "--pos-file", tmp_path / "folder",
+                                           "--output", tmp_path / "s1")
+    assert code == 1 and f"--pos-file {tmp_path / 'folder'}: a folder; expected a file" in error_line(code, captured)
+    fifo_fed_with(tmp_path / "pos-pipe", (root / "pos.txt").read_bytes())   # read for the lexicon and the cache key
+    code, captured = run_script_in_process(capsys, "distill.py", *args, "--pos-file", tmp_path / "pos-pipe",
+                                           "--output", tmp_path / "s2")
+    assert code == 0, captured.err
+    code, captured = run_script_in_process(capsys, "distill.py", *args, "--pos-file", root / "pos.txt",
+                                           "--output", tmp_path / "s3")
+    assert code == 0 and len(list((tmp_path / "cache").iterdir())) == 1, captured.err   # the same lexicon, one key

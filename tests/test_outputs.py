@@ -136,6 +136,19 @@ def script_cases(tmp_path):
         "train_mlm --json into the model it writes": (
             "train_mlm.py", ["--corpus", tmp_path / "corpus.txt", "--output", out, "--json", out / "config.json"],
             None, "lies inside the --output folder"),
+        "train_mlm --json over its vocabulary": (
+            "train_mlm.py", ["--corpus", tmp_path / "corpus.txt", "--vocab", model / "vocab.txt", "--output", out,
+                             "--json", model / "vocab.txt"], model / "vocab.txt", "is the --vocab"),
+        "probe --plot over the model's config": (
+            "probe.py", ["--model", model, "--plot", model / "config.json"], model / "config.json",
+            "lies inside the --model folder"),
+        "duplicate --plot over its sentences": (
+            "duplicate.py", ["--model", model, "--duplicate", "0", "--output", out, "--probe", "--text",
+                             tmp_path / "sentences.txt", "--plot", tmp_path / "sentences.txt"],
+            tmp_path / "sentences.txt", "is the --text"),
+        "train_mlm --plot into the model it writes": (
+            "train_mlm.py", ["--corpus", tmp_path / "corpus.txt", "--output", out, "--plot", out / "config.json"],
+            None, "lies inside the --output folder"),
         "walkthrough --json over the vocabulary": (
             "minibert/walkthrough.py", ["the cat", "--model", model, "--json", model / "vocab.txt"], model / "vocab.txt",
             "lies inside the --model folder"),
@@ -145,7 +158,9 @@ def script_cases(tmp_path):
 @pytest.mark.parametrize("case", ["probe --json over the model's config", "probe --json over its sentences",
                                   "duplicate --json over the source model", "duplicate --json into the model it writes",
                                   "train_mlm --json over its corpus", "train_mlm --json into the model it writes",
-                                  "walkthrough --json over the vocabulary"])
+                                  "walkthrough --json over the vocabulary", "train_mlm --json over its vocabulary",
+                                  "probe --plot over the model's config", "duplicate --plot over its sentences",
+                                  "train_mlm --plot into the model it writes"])
 def test_no_script_writes_its_json_over_an_input_or_a_model(tmp_path, capsys, case):
     from helpers import run_script_in_process
     script, args, kept, message = script_cases(tmp_path)[case]
@@ -173,6 +188,7 @@ def test_no_model_is_written_into_what_the_run_reads_or_inside_another_model(tmp
     from tiny_models import save_tiny_model
     save_tiny_model(tmp_path / "model")
     (tmp_path / "model" / "task.json").write_text("{}")                      # a fine-tuned folder
+    model_names = [p.name for p in (tmp_path / "model").iterdir()]
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "book.txt").write_text("the cat sat on the mat .\n" * 50)
@@ -181,6 +197,8 @@ def test_no_model_is_written_into_what_the_run_reads_or_inside_another_model(tmp
               "lies inside the model folder"),
              ("train_mlm.py", ["--corpus", corpus, "--output", tmp_path / "out", "--cache-dir",
                                tmp_path / "model" / "cache"], "--cache-dir"),
+             ("train_mlm.py", ["--corpus", corpus, "--output", tmp_path / "out", "--cache-dir",
+                               tmp_path / "model"], "--cache-dir"),
              ("duplicate.py", ["--model", tmp_path / "bare", "--duplicate", "0", "--output",
                                tmp_path / "model" / "deeper"], "lies inside the model folder")]
     save_tiny_model(tmp_path / "bare")
@@ -188,5 +206,27 @@ def test_no_model_is_written_into_what_the_run_reads_or_inside_another_model(tmp
         code, captured = run_script_in_process(capsys, script, *args)
         assert code == 1 and message in captured.err and captured.err.count("\n") == 1, (args, captured.err)
     assert sorted(p.name for p in corpus.iterdir()) == ["book.txt"]
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == sorted(model_names)
     assert not (tmp_path / "model" / "sub").exists() and not (tmp_path / "model" / "deeper").exists()
 
+
+
+def test_two_outputs_of_one_run_are_never_one_file_and_a_plot_has_a_format(tmp_path, capsys):
+    from helpers import run_script_in_process
+    from tiny_models import save_tiny_model
+    save_tiny_model(tmp_path / "model")
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\nthe cat sat\t1\n")
+    cases = [("probe.py", ["--model", tmp_path / "model", "--json", tmp_path / "both.png", "--plot",
+                           tmp_path / "both.png"], "--plot", "is also the --json this run writes"),
+             ("train_mlm.py", ["--corpus", tmp_path / "dev.tsv", "--output", tmp_path / "run", "--json",
+                               tmp_path / "both.png", "--plot", tmp_path / "both.png"], "--plot", "is also the --json"),
+             ("finetune.py", ["--model", tmp_path / "model", "--predict", tmp_path / "dev.tsv", "--output",
+                              tmp_path / "both.png", "--json", tmp_path / "both.png"], "--json",
+              "is also the --output"),
+             ("probe.py", ["--model", tmp_path / "model", "--plot", tmp_path / "figure.out"], "--plot",
+              ".out is no format matplotlib writes")]
+    for script, args, flag, message in cases:
+        code, captured = run_script_in_process(capsys, script, *args)
+        assert code == 1 and captured.err.count("\n") == 1 and f"error: {flag} " in captured.err, captured.err
+        assert message in captured.err, captured.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.tsv", "model"]

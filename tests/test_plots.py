@@ -132,3 +132,32 @@ def test_epoch_plot_of_a_long_path_keeps_the_titles_apart(tmp_path):
     assert [axes.get_title() for axes in figure.axes] == ["training loss per epoch", "accuracy after each epoch"]
     assert not texts_meet(figure, [figure._suptitle] + [axes.title for axes in figure.axes])
     assert legend_clear_of_curves(figure)
+
+
+@needs_matplotlib
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_plot_on_a_full_disk_is_one_line_and_keeps_the_previous_figure(tmp_path):
+    import subprocess
+    (tmp_path / "epochs.png").write_bytes(b"old figure")
+    program = ("import resource, signal\n"
+               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"     # a write fails with EFBIG, as on a full disk
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
+               "from minibert.support.errors import MiniBertError\n"
+               "from minibert.support.plots import plot_epochs\n"
+               f"summary = {SUMMARY!r}\n"
+               "try:\n"
+               f"    plot_epochs(summary, {str(tmp_path / 'epochs.png')!r}, 'accuracy', 'sst2')\n"
+               "except MiniBertError as e:\n"
+               "    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.stdout == (f"--plot {tmp_path / 'epochs.png'}: cannot write the figure (File too large); "
+                           f"the previous file is unchanged\n"), done.stdout + done.stderr
+    assert (tmp_path / "epochs.png").read_bytes() == b"old figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epochs.png"]
+
+
+@needs_matplotlib
+def test_a_plot_takes_the_format_of_its_suffix(tmp_path):
+    from minibert.support.plots import plot_epochs
+    plot_epochs(SUMMARY, tmp_path / "epochs.svg", "accuracy", "sst2")
+    assert b"<svg" in (tmp_path / "epochs.svg").read_bytes()[:500]

@@ -257,17 +257,22 @@ def test_the_final_save_replaces_the_whole_model_or_nothing(corpus_and_tokenizer
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]                        # no staging folder left
     monkeypatch.undo()
     (run / "task.json").write_text("{}")                 # as if --force had been given a fine-tuned folder
+    (run / "metrics.json").write_text("{}")
     pretraining.save_model_folder(model, tokenizer, run)
-    assert not (run / "task.json").exists()              # no stale record beside the new model
+    assert not (run / "task.json").exists() and not (run / "metrics.json").exists()   # no stale record
     assert (run / "model.safetensors").read_bytes() != before["model.safetensors"]
     assert (run / "checkpoint.pt").read_bytes() == before["checkpoint.pt"] and (run / "cache").is_dir()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
-@pytest.mark.parametrize("limit, what", [(2_000, "tokens.npy"), (60_000, "checkpoint.pt")])
-def test_a_full_disk_is_one_line_naming_the_file(tmp_path, limit, what):
+@pytest.mark.parametrize("limit, steps, what", [
+    (2_000, "2", "tokens.npy: cannot write it (File too large)"),
+    (60_000, "2", "checkpoint.pt: cannot write it (File too large)"),
+    (5_000, "0", "run: cannot write it (File too large, model.safetensors); the previous folder is unchanged")])
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path, limit, steps, what):
     # RLIMIT_FSIZE stands in for a full disk: a write past it fails with EFBIG as one past the disk's end
-    # fails with ENOSPC; 2 kB stops the token cache, 60 kB the first checkpoint (the cache fits).
+    # fails with ENOSPC; 2 kB stops the token cache, 60 kB the first checkpoint (the cache fits), 5 kB
+    # with no step the final save, named by its folder rather than the hidden folder it is staged in.
     files = write_corpus(tmp_path / "corpus")
     program = ("import resource, runpy, signal, sys\n"
                "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
@@ -276,10 +281,11 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path, limit, what):
                "runpy.run_path(sys.argv[0], run_name='__main__')\n")
     done = subprocess.run([sys.executable, "-c", program, str(Path(__file__).parents[1] / "train_mlm.py"),
                            "--corpus", *map(str, files), "--output", str(tmp_path / "run"), *TINY_RUN,
-                           "--steps", "2", "--checkpoint-every", "1"], capture_output=True, text=True, timeout=120)
+                           "--steps", steps, "--checkpoint-every", "1"], capture_output=True, text=True, timeout=120)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr
-    assert lines[0].startswith("error: ") and f"{what}: cannot write it (File too large)" in lines[0], lines[0]
+    assert lines[0].startswith("error: ") and what in lines[0], lines[0]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".run.")] == []     # no staging folder left
 
 
 def test_checkpoint_files_left_by_killed_runs_are_removed(corpus_and_tokenizer, tmp_path):

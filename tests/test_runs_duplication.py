@@ -81,7 +81,9 @@ def test_write_model_replaces_an_old_model_whole_or_not_at_all(bert, tmp_path, m
     import minibert.checkpoints
     out = tmp_path / "out"
     out.mkdir()
-    for name, text in (("config.json", "{}"), ("task.json", "{}"), ("model.safetensors", "old"), ("notes.txt", "mine")):
+    old_files = {"config.json": "{}", "task.json": "{}", "metrics.json": "{}", "checkpoint.pt": "old run",
+                 "model.safetensors": "old", "notes.txt": "mine"}
+    for name, text in old_files.items():
         (out / name).write_text(text)                    # a fine-tuned folder, and a file of the user's
     deeper = duplication.deepen(bert, [0, 1, 1, 2, 3])
 
@@ -91,12 +93,11 @@ def test_write_model_replaces_an_old_model_whole_or_not_at_all(bert, tmp_path, m
     monkeypatch.setattr(minibert.checkpoints, "save_pretrained", full_disk)
     with pytest.raises(MiniBertError, match="out: cannot write it \\(No space left on device.*; the previous folder is unchanged"):
         write_model(deeper, out, source_dir=bert.source_dir, force=True)
-    assert {p.name: p.read_text() for p in out.iterdir()} == {
-        "config.json": "{}", "task.json": "{}", "model.safetensors": "old", "notes.txt": "mine"}
+    assert {p.name: p.read_text() for p in out.iterdir()} == old_files
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bert", "out"]
     monkeypatch.undo()
     write_model(deeper, out, source_dir=bert.source_dir, record={"duplicated": [1]}, force=True)
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "duplication.json", "model.safetensors", "notes.txt", "vocab.txt"} <= names
-    assert "task.json" not in names                                                    # no stale record
+    assert not names & {"task.json", "metrics.json", "checkpoint.pt"}                   # no stale record
     assert load_pretrained(out).config.num_hidden_layers == 5

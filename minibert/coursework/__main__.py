@@ -20,10 +20,12 @@ from minibert.coursework import check as grading
 from minibert.coursework.exercises import ASSIGNMENTS, CourseworkError, find_regions
 from minibert.coursework.milestone import TARGET_PERCENT
 from minibert.support.cli import ArgumentParser, HelpFormatter, int_between, run
-from minibert.support.fileio import atomic_write
+from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write, temporary_name
 
 REPO = Path(__file__).resolve().parents[2]
 ASSIGNMENT = int_between(1, len(ASSIGNMENTS), " (an assignment number)")
+RESULTS_ROOM = 1 << 16      # bytes --json's folder must take before grading: more than any results.json
 
 
 def positive_seconds(text):
@@ -76,22 +78,31 @@ def run_check(args):
         try:
             with atomic_write(json_path, "w") as f:
                 f.write(text)
-        except OSError as e:
-            raise CourseworkError(f"{json_path}: cannot write the results ({e.strerror}); the table above "
+        except (OSError, MiniBertError) as e:
+            cause = e if isinstance(e, OSError) else e.__cause__      # atomic_write's one line keeps the OSError
+            reason = cause.strerror if isinstance(cause, OSError) else str(e)
+            raise CourseworkError(f"--json {json_path}: cannot write the results ({reason}); the table above "
                                   f"is the grade") from None
         print(f"wrote {json_path}")
     return 0 if grading.all_passed(grade) else 1
 
 
-def check_results_path(path, submission, reference):
-    """--json: a regular file (new or old) outside the submission and the
-    instructor's package and tests; its folder is made if missing. Checked
-    before grading, so a grade is never computed and then lost."""
+def check_results_path(path, submission, reference, package_name="the submission's package"):
+    """--json: a regular file (new or old) outside the submission's package
+    (wherever --repo finds it: the folder itself, minibert/ or one level
+    down) and the instructor's package and tests; its folder is made if
+    missing, and a small file is written there and removed, so that a full
+    disk is found too. Checked before grading, so a grade is never computed
+    and then lost."""
     path = Path(path)
     resolved = path.resolve()
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise CourseworkError(f"--json {path}: not a regular file; give a new or existing file's path")
-    for folder, what in ((Path(submission) / "minibert", "the submission's package"),
+    try:
+        package = grading.find_package(submission)
+    except CourseworkError:           # the grade says why; nothing of it can be written over
+        package = Path(submission) / "minibert"
+    for folder, what in ((package, package_name),
                          (Path(reference) / "minibert", "the instructor's package"),
                          (Path(reference) / "tests", "the instructor's tests")):
         folder = Path(folder).resolve()
@@ -101,8 +112,16 @@ def check_results_path(path, submission, reference):
         resolved.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise CourseworkError(f"--json {path}: cannot make its folder ({e.strerror})") from None
-    if not os.access(resolved.parent, os.W_OK):
-        raise CourseworkError(f"--json {path}: its folder is not writable")
+    probe = temporary_name(resolved)
+    try:
+        with open(probe, "xb") as f:
+            f.write(bytes(RESULTS_ROOM))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise CourseworkError(f"--json {path}: cannot write there ({e.strerror}); nothing was graded") from None
+    finally:
+        probe.unlink(missing_ok=True)
     return path
 
 
@@ -123,6 +142,8 @@ def write_autograder(args):
 
 def run_sweep(repo, full, json_path):
     from minibert.coursework.independence import sweep
+    if json_path:                      # before the sweep, which rewrites and restores the lessons' files
+        check_results_path(json_path, repo, repo, package_name="the repository's package")
     report = sweep(repo, full=full)
     for name, entry in report["exercises"].items():
         print(f"{name:<22} {entry['region']:<40} {len(entry['tests'])} tests, {entry['rerun']} rerun blanked")

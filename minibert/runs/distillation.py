@@ -24,6 +24,7 @@ from minibert.finetuning import LengthGroupedBatches
 from minibert.runs.finetuning import BestEpoch, evaluate, load_task_model
 from minibert.runs.student_folder import previous_best, save_student
 from minibert.support.distillation_settings import check_files, check_run, check_teacher_folder, pos_file_path
+from minibert.support.inputs import as_given
 from minibert.support.outputs import CHECKPOINT, file_identity
 from minibert.support.student_inputs import collate_student
 from minibert.support.transfer_cache import cached_transfer_set
@@ -124,7 +125,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
                             max_grad_norm=settings.max_grad_norm, seed=settings.seed, log_every=10,
                             eval_every=len(batches), checkpoint_every=len(batches), evaluate_when_stopped=False,
                             max_minutes=settings.max_minutes, bf16=settings.bf16,
-                            eval_name=Path(eval_file).name if eval_file is not None else "held-out")
+                            eval_name=Path(as_given(str(eval_file))).name if eval_file is not None else "held-out")
     output.mkdir(parents=True, exist_ok=True)
     if progress and context.is_main:
         tqdm.write(describe_run(task, record, len(batches), total_steps, counts))
@@ -152,7 +153,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
 def run_record(settings, teacher_folder, distilled, train_file, eval_file, embeddings_start, n_examples, n_transfer):
     """What student.json records about the run (and the summary repeats)."""
     return {"teacher": str(teacher_folder) if teacher_folder is not None else None, "distilled": distilled,
-            "train_file": str(train_file), "evaluated_on": str(eval_file) if eval_file else None,
+            "train_file": as_given(str(train_file)), "evaluated_on": as_given(str(eval_file)) if eval_file else None,
             "embeddings_start": embeddings_start, "train_examples": n_examples, "transfer_examples": n_transfer,
             "settings": dataclasses.asdict(settings)}
 

@@ -91,10 +91,11 @@ def write_model(deeper, output, source_dir=None, record=None, force=False):
     from `source_dir`), plus duplication.json saying how it was made,
     written as one unit (support/folders.write_folder): a kill or a full
     disk leaves the old folder or the new one. Over an old model (--force),
-    the new one replaces all its model files; a user's other files stay."""
+    the new one replaces all its model files (a fine-tuned folder's
+    metrics.json, a training run's checkpoint.pt); a user's other files stay."""
     from minibert.checkpoints import save_pretrained
     from minibert.support.folders import write_folder
-    from minibert.support.outputs import MODEL_FOLDER_FILES, check_output_folder
+    from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, check_output_folder
     check_output_folder(output, force, source=source_dir)
     if source_dir is not None:
         deeper.source_dir = source_dir               # save_pretrained copies the tokenizer from here
@@ -103,4 +104,4 @@ def write_model(deeper, output, source_dir=None, record=None, force=False):
         save_pretrained(deeper, staging)
         if record is not None:
             write_json(staging / "duplication.json", record)
-    write_folder(output, write_into, leave_behind=MODEL_FOLDER_FILES)
+    write_folder(output, write_into, leave_behind=MODEL_FOLDER_FILES + (CHECKPOINT,))   # another run's checkpoint too

@@ -32,7 +32,7 @@ from minibert.pretraining_data import PretrainingBatches, pack_blocks
 from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary
 from minibert.support.folders import recover_folder, write_folder
-from minibert.support.inputs import not_a_file
+from minibert.support.inputs import as_given, not_a_file
 from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, file_identity, resume_from_checkpoint
 from minibert.support.token_cache import TokenCache, build_token_cache, check_token_cache, is_token_cache
 from minibert.tokenization import Tokenizer, wordpiece_tokenizer
@@ -222,7 +222,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                   "seed": seed, "grad_accum_steps": grad_accum_steps, "max_seq_len": max_seq_len,
                   "pair_objective": pair_objective, "mask_prob": mask_prob, "whole_word": whole_word,
                   "learning_rate": learning_rate, "warmup_steps": warmup_steps,
-                  "corpus": [str(f) for f in corpus], "heldout": [str(f) for f in heldout],
+                  "corpus": [as_given(str(f)) for f in corpus], "heldout": [as_given(str(f)) for f in heldout],
                   "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer),   # --resume compares it
                   "vocabulary": {"kind": tokenizer.kind, "do_lower_case": tokenizer.do_lower_case,
                                  "tokens": vocabulary(tokenizer)},           # --resume rebuilds the tokenizer

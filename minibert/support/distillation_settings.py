@@ -12,6 +12,7 @@ from typing import Optional
 
 from minibert.support.errors import MiniBertError
 from minibert.support.folders import read_record
+from minibert.support.inputs import copy_for, not_a_file
 from minibert.support.student_config import EMBEDDINGS_MODES
 
 SINGLE_SENTENCE_TASKS = ("sst2",)          # the other classification tasks are sentence pairs: a siamese student
@@ -112,8 +113,8 @@ def check_files(settings):
                                 f"file (no such file)")
         from minibert.support.word_vectors import check_word_vectors
         check_word_vectors(settings.embeddings, settings.embedding_dim)     # every line, before the slow work
-    if settings.pos_file is not None and not Path(settings.pos_file).is_file():
-        raise MiniBertError(f"--pos-file {settings.pos_file}: no such file")
+    if settings.pos_file is not None:
+        pos_file_path(settings.pos_file)
 
 
 def pos_file_path(pos_file=None):
@@ -124,8 +125,9 @@ def pos_file_path(pos_file=None):
             raise MiniBertError(f"augmentation needs a part-of-speech lexicon and {DEFAULT_POS_FILE} is absent: "
                                 f"pass --pos-file FILE ('word TAG' lines, e.g. CoNLL-2003's eng.train) or --no-augment")
         return DEFAULT_POS_FILE
-    if not Path(pos_file).is_file():
-        raise MiniBertError(f"--pos-file {pos_file}: no such file")
+    pos_file = copy_for(pos_file)         # a pipe: the copy distill.py made (inputs.read_once)
+    if not_a_file(pos_file, "--pos-file"):
+        raise MiniBertError(not_a_file(pos_file, "--pos-file"))
     return Path(pos_file)
 
 

@@ -128,7 +128,9 @@ def atomic_write(path, mode="wb"):
             os.unlink(tmp)
         if isinstance(e, OSError) and e.errno in DISK_FULL:
             kept = "the previous file is unchanged" if path.exists() else "nothing was written"
-            raise MiniBertError(f"{path}: cannot write it ({e.strerror}); {kept}") from e
+            error = MiniBertError(f"{path}: cannot write it ({e.strerror}); {kept}")
+            error.filename = str(path)          # for a writer of many files (folders.write_folder)
+            raise error from e
         raise
     fsync_folder(path.parent)
 

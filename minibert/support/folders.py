@@ -48,10 +48,15 @@ def write_folder(folder, write_into, leave_behind=()):
         write_into(staging)
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(e, OSError) and e.errno in DISK_FULL:    # a write not made through atomic_write
-            kept = "the previous folder is unchanged" if folder.exists() else "nothing was written"
-            where = f", {Path(e.filename).name}" if e.filename else ""
-            raise MiniBertError(f"{folder}: cannot write it ({e.strerror}{where}); {kept}") from None
+        # A write not made through atomic_write raises the OSError; atomic_write's one line (naming the
+        # file in the staging folder) keeps it as its cause.
+        cause = e.__cause__ if isinstance(e, MiniBertError) else e
+        if isinstance(cause, OSError) and cause.errno in DISK_FULL:
+            old_model = folder.is_dir() and any(folder.iterdir())
+            kept = "the previous folder is unchanged" if old_model else "nothing was written"
+            name = cause.filename or getattr(e, "filename", None)
+            where = f", {Path(name).name}" if name else ""
+            raise MiniBertError(f"{folder}: cannot write it ({cause.strerror}{where}); {kept}") from None
         raise
     fsync_folder(staging)
     old = staging.with_name(staging.name[:-len(".tmp")] + ".old")
@@ -162,7 +167,7 @@ def lock_output(folder, flag="--output"):
         return
     if os.environ.get("RANK", "0") != "0":
         return
-    folder = Path(folder).absolute()
+    folder = Path(folder).resolve()      # one lock for one folder, however it is named (a link to it, ..)
     folder.parent.mkdir(parents=True, exist_ok=True)
     path = folder.parent / f".{folder.name}.lock"
     while True:

@@ -8,7 +8,9 @@ second read found it empty and said "the file is empty" or "looks like a
 TSV". `read_once` copies such an input into a temporary regular file the
 first time, and the run reads that copy as often as it needs. A message about
 its lines names the path the user gave, not the copy: `as_given` puts it back,
-and cli.run calls it on every error. The copies are removed when the process
+and cli.run calls it on every error; what a run records (task.json,
+student.json, --json) names the given path too, and `copy_for` finds the copy
+again where a record is read back (a --resume's hash). The copies are removed when the process
 ends. Waiting on a FIFO that no one writes is
 ordinary Unix behaviour and stays.
 """
@@ -24,6 +26,7 @@ from minibert.support.errors import MiniBertError
 _copies = []            # the temporary folders holding this process's copies of pipes
 _given = {}             # each copy's path -> the path the user gave
 _copy_of = {}           # (device, inode) of each pipe read -> its copy
+_copy_named = {}        # the path the user gave -> its copy (the last, for two pipes of one name)
 
 
 def kind_of(path):
@@ -72,7 +75,14 @@ def read_once(path, flag):
         raise MiniBertError(f"{flag} {path}: cannot read ({e.strerror or e})") from None
     _given[str(copy)] = str(path)
     _copy_of[pipe] = copy
+    _copy_named[str(path)] = copy
     return copy
+
+
+def copy_for(path):
+    """The copy read_once made of `path` (a pipe as the user named it), or
+    `path` itself: what a record that names the pipe reads again (its hash)."""
+    return _copy_named.get(str(path), path)
 
 
 def as_given(message):

@@ -32,8 +32,8 @@ CHECKPOINT = "checkpoint.pt"
 # Every file a model folder of any kind may hold: what a new model written
 # over an old one (--force) replaces rather than keeps beside itself.
 MODEL_FOLDER_FILES = (WEIGHTS + RECORD_FILES + TOKENIZER_FILES
-                      + ("duplication.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
-                         "merges.txt", "spiece.model", "generation_config.json"))
+                      + ("duplication.json", "metrics.json", "special_tokens_map.json", "added_tokens.json",
+                         "vocab.json", "merges.txt", "spiece.model", "generation_config.json"))
 RECORDS = {"task.json": "a fine-tuned model", "student.json": "a distilled student"}
 
 
@@ -92,6 +92,23 @@ def check_not_in_model_folder(flag, output):
     if holder is not None:
         raise MiniBertError(f"{flag} {output}: lies inside the model folder {holder}, which holds "
                             f"{describe(holder, model_files(holder))}; choose a place outside it")
+
+
+def check_cache_folder(flag, folder, inputs, output=None):
+    """A folder a run keeps a cache in (train_mlm.py's token cache, distill.py's
+    teacher logits): not a path the run reads nor inside one, and no model
+    folder nor inside one (the cache would add its files to that model's),
+    unless it lies inside the run's own `output`."""
+    if folder is None:
+        return
+    check_apart_from_inputs(flag, folder, inputs)
+    if output is not None and Path(folder).resolve().is_relative_to(Path(output).resolve()):
+        return
+    files = model_files(folder)
+    if files:
+        raise MiniBertError(f"{flag} {folder}: holds {describe(folder, files)}; keep the cache in a folder "
+                            f"of its own")
+    check_not_in_model_folder(flag, folder)
 
 
 def check_output_folder(output, force=False, *, flag="--output", source=None, resume=None, ignore=None):
@@ -167,28 +184,50 @@ def check_output_file(output, inputs, flag="--output", owned=None):
         raise MiniBertError(f"{flag} {e}") from None
     check_apart_from_inputs(flag, output, inputs, owned)
     check_not_in_model_folder(flag, output)
+    if flag == "--plot":
+        from minibert.support.plots import check_plot_format
+        check_plot_format(output)
     return output
 
 
 def check_output_files(args, inputs, owned=None, flags=("--json", "--plot")):
-    """check_output_file for each of these flags the command line gave."""
-    for flag in flags:
-        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+    """check_output_file for each of these flags the command line gave, and
+    no two of them one file."""
+    given = {flag: getattr(args, flag.lstrip("-").replace("-", "_"), None) for flag in flags}
+    for flag, value in given.items():
         if value:
             check_output_file(value, inputs, flag, owned)
+    check_distinct_outputs(given)
+
+
+def check_distinct_outputs(outputs):
+    """The files one run writes ({flag: path, or None where not given}) are
+    distinct: two flags naming one file would leave only the last one written."""
+    seen = {}
+    for flag, path in outputs.items():
+        if not path:
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise MiniBertError(f"{flag} {path}: is also the {seen[key]} this run writes; give each its own file")
+        seen[key] = flag
 
 
 def file_identity(path):
     """A data file as a resumed run compares it: its path, size and SHA-256
-    (a file edited in place keeps its path). None for no file."""
+    (a file edited in place keeps its path). None for no file. A pipe is
+    named as the user gave it and hashed through its copy (inputs.read_once)."""
     import hashlib
+
+    from minibert.support.inputs import as_given, copy_for
     if path is None:
         return None
+    real = copy_for(path)
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(real, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return f"{path} ({Path(path).stat().st_size} bytes, sha256 {digest.hexdigest()[:16]})"
+    return f"{as_given(str(path))} ({Path(real).stat().st_size} bytes, sha256 {digest.hexdigest()[:16]})"
 
 
 def resume_from_checkpoint(output):

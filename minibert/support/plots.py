@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 from minibert.support.errors import MiniBertError
+from minibert.support.fileio import atomic_write
 
 INSTALL_HINT = "pip install -e '.[plot]', or pip install matplotlib"
 
@@ -26,6 +27,20 @@ def require_matplotlib(flag="--plot"):
         import matplotlib  # noqa: F401
     except ImportError:
         raise MiniBertError(f"{flag} needs matplotlib, which is not installed ({INSTALL_HINT})") from None
+
+
+def check_plot_format(path):
+    """--plot's suffix names a format matplotlib writes (.png, .pdf, .svg, ...;
+    no suffix: PNG), checked before a run, not when its figure is drawn."""
+    suffix = Path(path).suffix[1:].lower()
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return                                      # require_matplotlib says so
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix and suffix not in formats:
+        raise MiniBertError(f"--plot {path}: .{suffix} is no format matplotlib writes; expected one of "
+                            f"{', '.join('.' + f for f in sorted(formats))}")
 
 
 def model_label(name_or_path, limit=40):
@@ -58,9 +73,17 @@ def _pyplot(path):
 
 
 def _save(plt, figure, path):
+    """The figure into `path` through atomic_write, so that a full disk or a
+    kill leaves the previous figure, not half a new one; the format is the
+    file's suffix (.png, .pdf, .svg, ...)."""
     figure.tight_layout()
     try:
-        figure.savefig(path, bbox_inches="tight")
+        with atomic_write(path) as f:
+            figure.savefig(f, format=Path(path).suffix[1:].lower() or None, bbox_inches="tight")
+    except MiniBertError as e:      # the folder cannot be written, or the disk is full
+        reason = e.__cause__.strerror if isinstance(e.__cause__, OSError) else str(e)
+        kept = "; the previous file is unchanged" if Path(path).is_file() else ""
+        raise MiniBertError(f"--plot {path}: cannot write the figure ({reason}){kept}") from None
     except (OSError, ValueError) as e:
         raise MiniBertError(f"--plot {path}: cannot write the figure ({e})") from None
     finally:

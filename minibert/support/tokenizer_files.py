@@ -6,13 +6,12 @@ layout. support/fast_tokenizers.py builds the tokenizer from what
 `find_tokenizer_files` returns; nothing here cuts text into tokens.
 """
 
-import json
 import pathlib
 from dataclasses import dataclass
 from typing import Optional
 
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write, read_json_object
+from minibert.support.fileio import atomic_write, read_json_object, write_json
 
 # Names the tokenizer file may have, in the order find_tokenizer_file looks for them
 # (inside the folder and inside its `assets/` subfolder, where TF-Hub modules keep it).
@@ -236,7 +235,8 @@ def write_tokenizer_files(tokenizer, directory):
               "sep_token": tokens["sep"], "mask_token": tokens["mask"]}
     if tokenizer.kind == "wordpiece":
         vocab = [tokenizer.backend.id_to_token(i) for i in range(tokenizer.vocab_size)]
-        (directory / "vocab.txt").write_text("".join(token + "\n" for token in vocab), encoding="utf-8")
+        with atomic_write(directory / "vocab.txt", "w") as f:
+            f.write("".join(token + "\n" for token in vocab))
         config.update(tokenizer_class="BertTokenizer", tokenize_chinese_chars=True, strip_accents=None)
     else:
         for name, data in tokenizer.files.items():  # the files it was read from, unchanged
@@ -250,5 +250,6 @@ def write_tokenizer_files(tokenizer, directory):
             config.update(specials, tokenizer_class="DebertaTokenizer", vocab_type="gpt2", add_prefix_space=False)
         else:
             config.update(tokenizer_class="AlbertTokenizer", keep_accents=False, remove_space=True, **specials)
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    tokenizer.backend.save(str(directory / "tokenizer.json"))
+    write_json(directory / "tokenizer_config.json", config)
+    with atomic_write(directory / "tokenizer.json", "w") as f:   # through Python, so a full disk is one line
+        f.write(tokenizer.backend.to_str(pretty=True))

@@ -20,6 +20,7 @@ from minibert.support.distillation_settings import DEFAULT_POS_FILE
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, file_sha256
 from minibert.support.google_archives import default_cache_dir
+from minibert.support.inputs import copy_for
 from minibert.support.task_files import ClassificationExample
 
 CACHE_FORMAT = 1                           # bump when the cache file's content changes meaning
@@ -47,7 +48,7 @@ def transfer_key(teacher_folder, train_file, settings, task, n_examples):
     parts = {"format": CACHE_FORMAT, "teacher": teacher_fingerprint(teacher_folder),
              "data": file_sha256(train_file), "task": task.name, "examples": n_examples, "augment": settings.augment}
     if settings.augment:
-        pos_file = settings.pos_file or DEFAULT_POS_FILE
+        pos_file = copy_for(settings.pos_file or DEFAULT_POS_FILE)     # a pipe: its copy (inputs.read_once)
         parts.update(n_iter=settings.n_iter, seed=settings.seed, p_mask=settings.p_mask, p_pos=settings.p_pos,
                      p_ng=settings.p_ng, max_ngram=settings.max_ngram, pair_augment=settings.pair_augment,
                      pos_file=file_sha256(pos_file) if Path(pos_file).is_file() else None)
