@@ -67,12 +67,8 @@ what.add_argument("--train", metavar="FILE", help="training file (any input form
 what.add_argument("--eval", metavar="FILE", help="labelled file to evaluate on (each epoch when training)")
 what.add_argument("--predict", metavar="FILE", help="file to predict (with --student)")
 what.add_argument("--output", help="training: the student folder; predict: the predictions file (jsonl)")
-what.add_argument("--json", type=cli.output_file, metavar="OUT",
-                  help="also write the results as JSON: accuracy (and f1 for mrpc/qqp), parameter counts, the "
-                       "teacher's accuracy, train time")
-what.add_argument("--plot", type=cli.output_file, metavar="FILE.png",
-                  help="training: plot the student's training loss and its accuracy per epoch (needs matplotlib: "
-                       "pip install -e '.[plot]')")
+cli.add_reports(what, "the results (accuracy, and f1 for mrpc/qqp; parameter counts, the teacher's accuracy, "
+                "train time)", "the student's training loss and its accuracy per epoch (training)", json_metavar="OUT")
 transfer = parser.add_argument_group("transfer set (Tang et al. section 3)")
 transfer.add_argument("--no-augment", action="store_true",
                       help="the transfer set is the training set alone (teacher logits on it, no augmented copies)")
@@ -163,17 +159,11 @@ train.add_argument("--seed", type=cli.seed, default=0,
                    help="random seed (augmentation, student initialisation, data order, dropout)")
 train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
-train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
-train.add_argument("--max-minutes", type=cli.positive_float,
-                   help="stop (with a checkpoint; --resume continues) after this much training time; the best "
-                        "epoch is chosen among end-of-epoch evaluations only, as finetune.py's")
-train.add_argument("--keep-checkpoint", action="store_true",
-                   help="keep OUTPUT/checkpoint.pt after the run has finished (three times the student's size: the "
-                        "weights and the optimizer's two running averages); by default it is removed once the "
-                        "student is saved (a run stopped by --max-minutes always keeps it, to --resume)")
+cli.add_checkpointing(train, "three times the student's size: the weights and the optimizer's two running "
+                           "averages", stopping="the best epoch is chosen among end-of-epoch evaluations only, "
+                                                "as finetune.py's")
 cli.add_bf16(train, "the teacher and the student (training), the student (evaluating, predicting)")
-train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
-train.add_argument("--quiet", action="store_true", help="no progress bars")
+cli.add_device(train)
 
 
 @script_main

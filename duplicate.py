@@ -46,8 +46,8 @@ examples:
   python duplicate.py --model DEBERTA_DIR --duplicate 0,1 --output deberta-deeper/
 """
 
-from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, int_between, make_parent_folder,
-                                  output_file, output_folder, positive_int, run, script_main)
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_reports, int_between, make_parent_folder,
+                                  output_folder, positive_int, run, script_main)
 from minibert.support.layer_orders import MAX_DEPTH
 
 parser = ArgumentParser(prog="duplicate.py", description=__doc__, formatter_class=HelpFormatter)
@@ -72,11 +72,8 @@ parser.add_argument("--text", default=None, metavar="FILE", help="--probe: sente
 parser.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
                     help="--probe: use only the first N sentences")
 parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N", help="--probe: sentences per batch")
-parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
-                    help="--probe: write both probes as JSON, {\"original\": ..., \"deeper\": ...} in probe.py's "
-                         "format (accuracies in percent)")
-parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
-                    help="--probe: plot both models' accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
+add_reports(parser, "both probes (--probe), {\"original\": ..., \"deeper\": ...} in probe.py's format (accuracies in "
+            "percent),", "both models' accuracy by layer (--probe)")
 add_bf16(parser, "--probe's runs of both models (the written model is float32 either way)")
 
 

@@ -71,21 +71,11 @@ what.add_argument("--split-eval", type=cli.probability(include_one=False), metav
                        "(the same FRACTION and --seed)")
 what.add_argument("--predict", metavar="FILE", help="file to predict (any input format of the task)")
 what.add_argument("--output", help="fine-tune: the output folder; predict: the predictions file")
-what.add_argument("--json", type=cli.output_file, metavar="OUT", help="also write the metrics (or summary) as JSON")
-what.add_argument("--plot", type=cli.output_file, metavar="FILE.png",
-                  help="fine-tune: plot the training loss and the main metric per epoch (needs matplotlib: "
-                       "pip install -e '.[plot]')")
+cli.add_reports(what, "the metrics (or the run's summary)", "the training loss and the main metric per epoch "
+                "(fine-tuning)", json_metavar="OUT")
 train = parser.add_argument_group("training (BERT's defaults, Devlin et al. A.3)")
-train.add_argument("--epochs", type=cli.positive_int, default=3, help="passes over the training set")
-train.add_argument("--max-steps", type=cli.positive_int, help="stop after this many steps instead")
-train.add_argument("--lr", type=cli.positive_float, default=5e-5, help="peak learning rate (AdamW)")
-train.add_argument("--batch-size", type=cli.positive_int, default=32, help="training examples per step")
-train.add_argument("--eval-batch-size", type=cli.positive_int, default=128,
-                   help="examples per forward pass when evaluating or predicting")
-train.add_argument("--max-seq-len", type=cli.int_at_least(8), help="tokens per example (default 128; 384 for squad)")
-train.add_argument("--warmup", type=cli.probability(include_zero=True, include_one=False), default=0.1,
-                   help="fraction of the steps with a rising learning rate")
-train.add_argument("--weight-decay", type=cli.non_negative_float, default=0.01, help="AdamW weight decay")
+cli.add_fine_tuning(train, max_seq_len=None, max_seq_len_help="tokens per example (default 128; 384 for squad)")
+train.add_argument("--max-steps", type=cli.positive_int, help="stop after this many steps instead of --epochs")
 train.add_argument("--optimizer", choices=("adamw", "bert-adam"), default="adamw",
                    help="adamw: torch's AdamW, with Adam's bias correction (default; the README's pretraining and "
                         "fine-tuning results used it); bert-adam: Google BERT's own AdamWeightDecay, without bias "
@@ -94,16 +84,8 @@ train.add_argument("--seed", type=cli.seed, default=0, help="random seed (data o
 train.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
                    help="use only the first N training examples (quick runs)")
 cli.add_bf16(train, "the model in fine-tuning, evaluating and predicting (--ensemble: every member)")
-train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt after a kill")
-train.add_argument("--max-minutes", type=cli.positive_float, help="stop (with a checkpoint; --resume continues) after this much time; the best epoch is chosen "
-                        "among end-of-epoch evaluations only, so a stopped and resumed run keeps the model an "
-                        "unstopped one keeps (stopped before the first epoch ends, it has no model yet)")
-train.add_argument("--keep-checkpoint", action="store_true",
-                   help="keep OUTPUT/checkpoint.pt after the run has finished (three times the model's size: the "
-                        "weights and Adam's two moments); by default it is removed once the model is saved (a run "
-                        "stopped by --max-minutes always keeps it, to --resume)")
-train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
-train.add_argument("--quiet", action="store_true", help="no progress bars")
+cli.add_checkpointing(train, "three times the model's size: the weights and Adam's two moments")
+cli.add_device(train)
 squad = parser.add_argument_group("squad")
 squad.add_argument("--doc-stride", type=cli.positive_int, default=128, help="tokens between context windows")
 squad.add_argument("--max-query-len", type=cli.positive_int, default=64, help="question tokens kept")
@@ -118,15 +100,7 @@ sift = parser.add_argument_group(
 sift.add_argument("--sift", action="store_true",
                   help="add the adversarial loss on the normalised embeddings (every task: sst2, snli, mnli, mrpc, "
                        "qqp, conll2003, squad); about 3 forward and 2 backward passes per step instead of 1 and 1")
-sift.add_argument("--sift-lambda", type=cli.positive_float, metavar="LAMBDA",
-                  help="weight of the adversarial loss (default 5: the official vat_lambda of the base, v3-base, "
-                       "v3-small and xxlarge-v2 SiFT runs in experiments/glue/mnli.sh; v3-xsmall uses 3)")
-sift.add_argument("--sift-init-scale", type=cli.positive_float, metavar="SIGMA",
-                  help="std of the initial perturbation, N(0, SIGMA^2) clipped to +-2 SIGMA, on embeddings "
-                       "normalised to variance 1 (default 0.01: official vat_init_perturbation)")
-sift.add_argument("--sift-step-size", type=cli.positive_float, metavar="ETA",
-                  help="size of the one ascent step, per token: delta += ETA g / max|g| "
-                       "(default 0.0001: official vat_learning_rate)")
+cli.add_sift(sift)
 
 SIFT_FLAGS = {"sift_lambda": "--sift-lambda", "sift_init_scale": "--sift-init-scale",
               "sift_step_size": "--sift-step-size"}

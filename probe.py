@@ -25,8 +25,8 @@ Works for BERT, ALBERT (layer 0 = the embeddings projected to H) and models
 made deeper by duplicate.py.
 """
 
-from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, device, make_parent_folder, non_negative_int,
-                                  output_file, positive_float, positive_int, probability, run, script_main)
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_device, add_reports, make_parent_folder,
+                                  non_negative_int, positive_float, positive_int, probability, run, script_main)
 
 parser = ArgumentParser(prog="probe.py", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
@@ -44,11 +44,8 @@ parser.add_argument("--mask-prob", type=probability(), default=None, metavar="P"
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for --mask-prob and --fit-head")
 parser.add_argument("--show", type=non_negative_int, default=0, metavar="N",
                     help="print N example sentences as reconstructed from each layer's argmax")
-parser.add_argument("--json", type=output_file, default=None, metavar="FILE",
-                    help="write the results as JSON (accuracies in percent: top1_percent, top5_percent)")
-parser.add_argument("--plot", type=output_file, default=None, metavar="FILE.png",
-                    help="plot accuracy by layer (needs matplotlib: pip install -e '.[plot]')")
-parser.add_argument("--device", type=device, default="cpu", help="cpu, cuda, mps or auto")
+add_reports(parser, "the results (accuracies in percent: top1_percent, top5_percent)", "accuracy by layer")
+add_device(parser, default="cpu", quiet=False)
 add_bf16(parser, "the model and the MLM head (fitting one with --fit-head too)")
 fit = parser.add_argument_group(
     "fitting a head (for encoders without an MLM head)",

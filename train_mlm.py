@@ -44,9 +44,9 @@ shapes the run (the corpus, by path, size and SHA-256, --lr, --warmup,
 import os
 import time
 
-from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, device, int_at_least, make_parent_folder,
-                                  non_negative_float, non_negative_int, output_file, output_folder, positive_float,
-                                  positive_int, probability, run, script_main)
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_checkpointing, add_device, add_reports,
+                                  int_at_least, make_parent_folder, non_negative_float, non_negative_int,
+                                  output_folder, positive_float, positive_int, probability, run, script_main)
 from minibert.support.errors import MiniBertError
 
 # A model built from the flags has BERT's 512 positions (--config can say otherwise).
@@ -132,29 +132,18 @@ def parse_args(argv=None):
                        help="held-out batches of 64 per evaluation (default 20)")
     train.add_argument("--checkpoint-every", type=non_negative_int, default=1000,
                        help="write checkpoint.pt every N steps (default 1000; 0 = only at the end)")
-    train.add_argument("--max-minutes", type=positive_float,
-                       help="stop after this much wall time, with a checkpoint to --resume from")
-    train.add_argument("--resume", action="store_true",
-                       help="continue from OUTPUT/checkpoint.pt (with the vocabulary stored in it), with "
-                            "the same corpus and settings (a changed one is refused, by name); with no "
-                            "checkpoint yet, start from step 0")
-    train.add_argument("--device", type=device, default="auto",
-                       help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1 ...")
+    add_checkpointing(train, "three times the model's size: the weights and Adam's two moments; OUTPUT/cache, "
+                             "the token cache, is kept too",
+                      resume_help="continue from OUTPUT/checkpoint.pt (with the vocabulary stored in it), with "
+                                  "the same corpus and settings (a changed one is refused, by name); with no "
+                                  "checkpoint yet, start from step 0",
+                      stopping="the last step's weights are the checkpoint's")
+    add_device(train)
     train.add_argument("--num-workers", type=non_negative_int, default=0,
                        help="processes preparing batches ahead (default 0)")
     add_bf16(train, "the model in training")
-    train.add_argument("--keep-checkpoint", action="store_true",
-                       help="keep OUTPUT/checkpoint.pt (three times the model's size: the weights and Adam's two "
-                            "moments) and OUTPUT/cache after the run has finished; by default both are removed once "
-                            "the model is saved "
-                            "(a run stopped by --max-minutes always keeps it, to --resume)")
-    train.add_argument("--json", type=output_file,
-                       help="write a JSON summary (config, history, held-out metrics; accuracies in percent) "
-                            "to this file")
-    train.add_argument("--plot", type=output_file, metavar="FILE.png",
-                       help="plot the training loss and the masked-token accuracy (training and held out) "
-                            "against the step (needs matplotlib: pip install -e '.[plot]')")
-    train.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_reports(train, "a summary (config, history, held-out metrics; accuracies in percent)",
+                "the training loss and the masked-token accuracy (training and held out) against the step")
     args = p.parse_args(argv)
     if args.config is None and args.max_seq_len > FLAG_MAX_POSITIONS:
         p.error(f"argument --max-seq-len: {args.max_seq_len} is longer than max_position_embeddings "

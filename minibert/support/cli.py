@@ -283,3 +283,108 @@ def make_parent_folder(path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise MiniBertError(f"{path}: cannot make its folder ({e.strerror})") from None
+
+
+# ----------------------------------------------------------------------------
+# Flag groups the scripts and the bench studies share, defined once
+# ----------------------------------------------------------------------------
+
+PLOT_NEEDS = "needs matplotlib: pip install -e '.[plot]'"
+
+
+def add_reports(group, json_holds, plot_draws=None, json_metavar="FILE"):
+    """--json (the results as JSON: `json_holds`) and, if `plot_draws`, --plot
+    (a figure of `plot_draws`). Both are files checked when the command line
+    is read (output_file)."""
+    group.add_argument("--json", type=output_file, metavar=json_metavar, help=f"write {json_holds} as JSON")
+    if plot_draws:
+        group.add_argument("--plot", type=output_file, metavar="FILE.png", help=f"plot {plot_draws} ({PLOT_NEEDS})")
+
+
+def add_device(group, default="auto", quiet=True):
+    """--device (and --quiet: no progress bars)."""
+    group.add_argument("--device", type=device, default=default,
+                       help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    if quiet:
+        group.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_checkpointing(group, kept, resume_help="continue from OUTPUT/checkpoint.pt after a kill",
+                      stopping="the best epoch is chosen among end-of-epoch evaluations only, so a stopped and "
+                               "resumed run keeps the model an unstopped one keeps"):
+    """--resume, --max-minutes and --keep-checkpoint of a training run, whose
+    OUTPUT/checkpoint.pt holds `kept` (e.g. "the weights and Adam's two
+    moments"); `stopping`: what a run stopped by --max-minutes keeps."""
+    group.add_argument("--resume", action="store_true", help=resume_help)
+    group.add_argument("--max-minutes", type=positive_float,
+                       help=f"stop (with a checkpoint; --resume continues) after this much time; {stopping}")
+    group.add_argument("--keep-checkpoint", action="store_true",
+                       help=f"keep OUTPUT/checkpoint.pt ({kept}) after the run has finished; by default it is "
+                            f"removed once the model is saved (a run stopped by --max-minutes always keeps it, to "
+                            f"--resume)")
+
+
+def add_fine_tuning(group, max_seq_len=128, max_seq_len_help="tokens per example",
+                    evaluating="when evaluating or predicting"):
+    """BERT's fine-tuning recipe (Devlin et al. A.3), as finetune.py and the
+    studies that fine-tune many runs take it."""
+    group.add_argument("--epochs", type=positive_int, default=3, help="passes over the training examples")
+    group.add_argument("--lr", type=positive_float, default=5e-5, help="peak learning rate (AdamW)")
+    group.add_argument("--batch-size", type=positive_int, default=32, help="training examples per step")
+    group.add_argument("--eval-batch-size", type=positive_int, default=128,
+                       help=f"examples per forward pass {evaluating} (does not change the scores)")
+    group.add_argument("--max-seq-len", type=int_at_least(8), default=max_seq_len, help=max_seq_len_help)
+    group.add_argument("--warmup", type=probability(include_zero=True, include_one=False), default=0.1,
+                       help="fraction of the steps with a rising learning rate")
+    group.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="AdamW weight decay")
+
+
+def add_sift(group):
+    """SiFT's three settings (He et al. 2021, 3.3), whose defaults are
+    minibert.sift.SiftConfig's, the official code's (docs/deberta.md 5)."""
+    group.add_argument("--sift-lambda", type=positive_float, metavar="LAMBDA",
+                       help="weight of the adversarial loss: the loss is l + LAMBDA l_adv (default 5: the official "
+                            "vat_lambda of the base, v3-base, v3-small and xxlarge-v2 SiFT runs in "
+                            "experiments/glue/mnli.sh; v3-xsmall uses 3)")
+    group.add_argument("--sift-init-scale", type=positive_float, metavar="SIGMA",
+                       help="std of the initial perturbation, N(0, SIGMA^2) clipped to +-2 SIGMA, on embeddings "
+                            "normalised to variance 1 (default 0.01: official vat_init_perturbation)")
+    group.add_argument("--sift-step-size", type=positive_float, metavar="ETA",
+                       help="size of the one ascent step, per token: delta += ETA g / max|g| "
+                            "(default 0.0001: official vat_learning_rate)")
+
+
+def add_study(parser, tasks, task_help, model_help, split_note="", seeds_note="", work_holds="the runs"):
+    """The flags of a study that fine-tunes one task over several seeds
+    (bench/duplication_study.py, bench/sift_study.py): its data, its seeds and
+    work folder, and BERT's fine-tuning recipe for every run. Returns the
+    (data, study, training) groups, for the study's own flags."""
+    data = parser.add_argument_group("task and data")
+    data.add_argument("--task", choices=tasks, required=True, help=task_help)
+    data.add_argument("--model", default=None, help=model_help)
+    data.add_argument("--train", required=True, metavar="FILE", help="training file of --task")
+    held = data.add_mutually_exclusive_group(required=True)
+    held.add_argument("--eval", metavar="FILE", help="labelled file every run is scored on (e.g. SST-2 dev.tsv)")
+    held.add_argument("--split-eval", type=probability(include_one=False), metavar="FRACTION",
+                      help="hold out this fraction of --train instead (SNLI keeps a premise's pairs together), "
+                           "the same split for every seed" + split_note)
+    data.add_argument("--split-seed", type=non_negative_int, default=0,
+                      help="--split-eval: the seed of the split (fixed: every run is scored on the same examples)")
+    data.add_argument("--max-train-examples", type=positive_int, metavar="N",
+                      help="train on the first N training examples only (after the split), to fit a time budget")
+    study = parser.add_argument_group("the study")
+    study.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2], metavar="S",
+                       help="fine-tuning seeds, at least 2 (3 or more to judge the spread)" + seeds_note)
+    study.add_argument("--work", type=output_folder, required=True, metavar="DIR",
+                       help=f"folder for {work_holds} and study.json; rerun with the same DIR to resume")
+    add_reports(study, "the results", json_metavar="OUT")
+    study.add_argument("--progress", action="store_true",
+                       help="show fine_tune's progress bars and messages (default: one line per run; "
+                            "the messages go to the run's log.txt)")
+    training = parser.add_argument_group("fine-tuning, identical for every run")
+    add_fine_tuning(training, evaluating="when evaluating")
+    add_device(training, quiet=False)
+    training.add_argument("--threads", type=positive_int, metavar="N",
+                          help="CPU threads for torch (default: torch's choice, one per core); on a machine busy "
+                               "with another job, 1 avoids threads waiting on each other")
+    return data, study, training
