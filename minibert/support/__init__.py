@@ -11,6 +11,9 @@ Shared by every lesson and script:
     cli.py                     the scripts' flag checks and one-line `error: ...` exits
     inputs.py                  input files that are pipes, read once; the message for a path that is no file
     reports.py                 metrics as a small table on screen, results ready for JSON
+    outputs.py                 the scripts' --output: a run never writes over a model or the data it reads
+    plots.py                   the scripts' --plot figures (matplotlib, optional)
+    fingerprints.py            a tokenizer's fingerprint, so a replaced vocab.txt is refused
     devices.py                 `--device` -> torch.device; moving batches to it
     seeds.py                   seeds mixed from (seed, step, ...), so runs resume bit for bit
     hub.py                     a name -> a folder: the bundled model, a path, a hub id (huggingface_hub)
@@ -25,6 +28,7 @@ For one lesson, or one group of lessons, each:
     tokenizer_files.py         tokenization.py: finding, reading and writing a folder's tokenizer files
     sentencepiece_model.py     tokenization.py: the pieces and settings of a SentencePiece `.model` file
     token_cache.py             pretraining_data.py: the corpus read, split into sentences and tokenized once
+    metric_inputs.py           metrics.py: the checks on what the official metrics are given
     tasks.py                   minibert/tasks/: the table of the tasks and their labels; the checks of their settings
     task_files.py              minibert/tasks/: the datasets' files: readers, prediction writers, the held-out split
     distillation/              lstm.py, augment.py, distillation.py: the student's config, inputs, word vectors,
