@@ -50,8 +50,8 @@ from pathlib import Path
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
-from minibert.support.student_config import MAX_EMBEDDING_DIM
-from minibert.support.task_registry import CLASSIFICATION
+from minibert.support.distillation.student_config import MAX_EMBEDDING_DIM
+from minibert.support.tasks import CLASSIFICATION
 
 TASKS = list(CLASSIFICATION)          # the sentence(-pair) classification tasks
 
@@ -198,7 +198,7 @@ def main(argv=None):
 
 
 def settings_from(args):
-    from minibert.support.distillation_settings import PAPER_CONFIGS, DistillationSettings
+    from minibert.support.distillation.settings import PAPER_CONFIGS, DistillationSettings
     from minibert.support.errors import MiniBertError
     for key, value in PAPER_CONFIGS.get(args.paper_config, {}).items():
         if getattr(args, key) == parser.get_default(key):      # a flag given explicitly wins over the preset

@@ -53,7 +53,7 @@ examples:
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
-from minibert.support.task_registry import TASK_NAMES
+from minibert.support.tasks import TASK_NAMES
 
 parser = ArgumentParser(prog="finetune.py", description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")

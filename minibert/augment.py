@@ -26,7 +26,7 @@ lines, e.g. CoNLL-2003's POS column): each word gets its most frequent tag
 (the authors tagged with NLTK; a lexicon needs no tagger, at the price that a
 word always has the same tag). Words it does not know are only masked.
 
-Texts are lower-cased and split by support/words.split_words; samples are
+Texts are lower-cased and split by support/distillation/words.split_words; samples are
 words joined by single spaces. Example i draws from its own numpy Generator,
 seeded with seed_from(seed, "augment", i), whatever the other examples
 ([Tang] arXiv:1903.12136, section 3).
@@ -37,9 +37,9 @@ from collections import defaultdict
 import numpy as np
 from tqdm.auto import tqdm
 
+from minibert.support.distillation.words import MASK, check_augmentation, split_words, tagged_word_counts
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
-from minibert.support.words import MASK, check_augmentation, split_words, tagged_word_counts
 
 # ---- One sample ---------------------------------------------------------------------------------
 
@@ -198,7 +198,7 @@ class PosLexicon:
 
     @classmethod
     def from_file(cls, path):
-        """The lexicon of one tagged file (support/words.tagged_word_counts)."""
+        """The lexicon of one tagged file (support/distillation/words.tagged_word_counts)."""
         return cls(tagged_word_counts([path]))
 
     def tag_of(self, word):

@@ -27,12 +27,13 @@ from minibert.augment import transfer_set
 from minibert.finetuning import run_model
 from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier
-from minibert.support.distillation_settings import is_pair_task
+from minibert.support.distillation.settings import is_pair_task
+from minibert.support.distillation.student_config import StudentConfig
+from minibert.support.distillation.student_inputs import (PieceTokenizer, WordTokenizer, build_vocabulary,
+                                                          collate_student)
+from minibert.support.distillation.word_vectors import StartingEmbeddings
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
-from minibert.support.student_config import StudentConfig
-from minibert.support.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary, collate_student
-from minibert.support.word_vectors import StartingEmbeddings
 from minibert.support.task_files import ClassificationExample
 
 # ---- 1. The student's inputs --------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Tang et al.'s student: a one-layer BiLSTM classifier, written out by hand.
 
 Read it top to bottom: the LSTM cell, the LSTM that runs it over a padded
-batch in both directions, and the classifier (its config: support/student_config.py).
+batch in both directions, and the classifier (its config: support/distillation/student_config.py).
 
 Tang et al. distil a fine-tuned BERT into "a single-layer BiLSTM, as well as its siamese
 counterpart for sentence-pair tasks" ([Tang] Section 3; d-bert's model/bi_rnn.py, siamese_rnn.py):
@@ -56,8 +56,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from minibert.support.distillation.student_config import StudentConfig, check_student_fields
 from minibert.support.errors import MiniBertError
-from minibert.support.student_config import StudentConfig, check_student_fields
 
 # ----------------------------------------------------------------------------
 # One LSTM step

@@ -10,7 +10,7 @@ import pytest
 
 from minibert.augment import PosLexicon, augment_pair, augment_words, transfer_set
 from minibert.support.errors import MiniBertError
-from minibert.support.words import MASK, split_words
+from minibert.support.distillation.words import MASK, split_words
 
 SHARED_CONLL = Path(__file__).resolve().parents[2] / "shared" / "data" / "conll2003" / "eng.train"
 

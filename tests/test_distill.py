@@ -14,8 +14,8 @@ from minibert.lstm import BiLSTMClassifier
 from minibert.runs import distillation as distillation_run
 from minibert.runs.student_folder import load_student
 from minibert.support.cli import run
+from minibert.support.distillation.student_config import StudentConfig
 from minibert.support.errors import MiniBertError
-from minibert.support.student_config import StudentConfig
 from minibert.tokenization import load_tokenizer
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)

@@ -17,9 +17,9 @@ from minibert.finetuning import LengthGroupedBatches
 from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier
 from minibert.runs.distillation import optimizer_factory
-from minibert.support.distillation_settings import DEFAULT_POS_FILE, DistillationSettings, pos_file_path
-from minibert.support.student_config import StudentConfig
-from minibert.support.student_inputs import WordTokenizer, build_vocabulary, collate_student
+from minibert.support.distillation.settings import DEFAULT_POS_FILE, DistillationSettings, pos_file_path
+from minibert.support.distillation.student_config import StudentConfig
+from minibert.support.distillation.student_inputs import WordTokenizer, build_vocabulary, collate_student
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
 from minibert.runs.training import Context, TrainingConfig, train

@@ -1,12 +1,12 @@
-"""minibert/support/distillation_settings.py: per-task defaults, the POS file's
+"""minibert/support/distillation/settings.py: per-task defaults, the POS file's
 default, and the checks that fail a run before any work is done."""
 
 import dataclasses
 
 import pytest
 
-from minibert.support import distillation_settings
-from minibert.support.distillation_settings import DistillationSettings, check_files, check_run, pos_file_path
+from minibert.support.distillation import settings as distillation_settings
+from minibert.support.distillation.settings import DistillationSettings, check_files, check_run, pos_file_path
 from minibert.support.errors import MiniBertError
 from minibert.tasks import CLASSIFICATION, make_task
 

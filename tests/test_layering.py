@@ -149,7 +149,7 @@ def test_model_files_depend_only_on_the_error_type_and_their_config_checks():
     graph = import_graph()
     assert graph["minibert.model"] == {"minibert.support.errors", "minibert.support.config_checks"}
     assert graph["minibert.deberta"] == {"minibert.support.errors", "minibert.support.config_checks", "minibert.model"}
-    assert graph["minibert.lstm"] == {"minibert.support.errors", "minibert.support.student_config"}
+    assert graph["minibert.lstm"] == {"minibert.support.errors", "minibert.support.distillation.student_config"}
 
 
 def test_tokenization_and_checkpoints_share_hub_and_protobuf_from_below():

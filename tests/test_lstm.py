@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from minibert.support.errors import MiniBertError
 from minibert.lstm import LSTM, BiLSTMClassifier, lstm_cell
-from minibert.support.student_config import StudentConfig
+from minibert.support.distillation.student_config import StudentConfig
 
 
 def randn(*shape, seed=0):

@@ -1,11 +1,10 @@
-"""minibert/support/student_config.py: a bad student config field is a
+"""minibert/support/distillation/student_config.py: a bad student config field is a
 one-line error naming the source, the field, its value and what was expected."""
 
 import pytest
 
-from minibert.support.student_config import StudentConfig
+from minibert.support.distillation.student_config import StudentConfig, check_student_fields, student_fields_from
 from minibert.support.errors import MiniBertError
-from minibert.support.student_config import check_student_fields, student_fields_from
 
 
 def test_student_config_errors_name_the_source_and_the_field():

@@ -1,4 +1,4 @@
-"""minibert/support/transfer_cache.py: the transfer set and the teacher's
+"""minibert/support/distillation/transfer_cache.py: the transfer set and the teacher's
 logits are computed once, read back while nothing they depend on changes,
 and recomputed when the teacher, the data or the settings change."""
 
@@ -10,8 +10,9 @@ import pytest
 
 from distill_helpers import make_distillation_data, make_teacher, one_thread
 from minibert.runs import distillation as distillation_run
-from minibert.support.distillation_settings import DistillationSettings
-from minibert.support.transfer_cache import CACHE_FORMAT, load_transfer_cache, save_transfer_cache, transfer_key
+from minibert.support.distillation.settings import DistillationSettings
+from minibert.support.distillation.transfer_cache import (CACHE_FORMAT, load_transfer_cache, save_transfer_cache,
+                                                          transfer_key)
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
 from tiny_models import sentiment_rows, write_sst2

@@ -1,4 +1,4 @@
-"""minibert/support/word_vectors.py: a word2vec/GloVe text file gives vectors
+"""minibert/support/distillation/word_vectors.py: a word2vec/GloVe text file gives vectors
 for the vocabulary's words, and the teacher's word-piece embeddings are
 copied at its width or randomly projected."""
 
@@ -8,9 +8,9 @@ import torch
 from distill_helpers import make_distillation_data
 from helpers import error_line, run_script, run_script_in_process
 from minibert.runs.distillation import load_teacher
+from minibert.support.distillation.settings import DistillationSettings, check_files
+from minibert.support.distillation.word_vectors import check_word_vectors, read_word_vectors, teacher_embedding_matrix
 from minibert.support.errors import MiniBertError
-from minibert.support.distillation_settings import DistillationSettings, check_files
-from minibert.support.word_vectors import check_word_vectors, read_word_vectors, teacher_embedding_matrix
 
 
 def test_word_vectors_are_read_for_the_vocabulary_words_they_have(tmp_path):

@@ -1,10 +1,10 @@
-"""minibert/support/words.py: the words augment.py and the student read, the
+"""minibert/support/distillation/words.py: the words augment.py and the student read, the
 lines and word counts of a part-of-speech tagged file."""
 
 import pytest
 
+from minibert.support.distillation.words import split_words, tagged_lines, tagged_word_counts
 from minibert.support.errors import MiniBertError
-from minibert.support.words import split_words, tagged_lines, tagged_word_counts
 
 
 def test_split_words_lower_cases_and_splits_off_punctuation():

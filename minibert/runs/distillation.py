@@ -23,11 +23,11 @@ from minibert.distillation import (DistillationObjective, build_student, make_tr
 from minibert.finetuning import LengthGroupedBatches
 from minibert.runs.finetuning import BestEpoch, evaluate, load_task_model
 from minibert.runs.student_folder import previous_best, save_student
-from minibert.support.distillation_settings import check_files, check_run, check_teacher_folder, pos_file_path
+from minibert.support.distillation.settings import check_files, check_run, check_teacher_folder, pos_file_path
+from minibert.support.distillation.student_inputs import collate_student
+from minibert.support.distillation.transfer_cache import cached_transfer_set
 from minibert.support.inputs import as_given
 from minibert.support.outputs import CHECKPOINT, file_identity
-from minibert.support.student_inputs import collate_student
-from minibert.support.transfer_cache import cached_transfer_set
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.runs.training import TrainingConfig, setup_context, train
 
@@ -46,7 +46,7 @@ def load_teacher(folder, task_name=None):
 def transfer_set_with_logits(teacher, examples, train_file, settings, device="cpu", progress=True):
     """(transfer examples, teacher logits (N, K), whether the cache answered):
     augment and ask the teacher once; a later run with the same teacher, data
-    and settings reads both back from the cache (support/transfer_cache.py)."""
+    and settings reads both back from the cache (support/distillation/transfer_cache.py)."""
     def augment_and_ask_the_teacher():
         transfer = list(examples)
         if settings.augment:

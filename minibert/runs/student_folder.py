@@ -16,12 +16,12 @@ from pathlib import Path
 
 from minibert.checkpoints.safetensors import load_weights, save_weights
 from minibert.lstm import BiLSTMClassifier
-from minibert.support.distillation_settings import is_pair_task
+from minibert.support.distillation.settings import is_pair_task
+from minibert.support.distillation.student_config import StudentConfig
+from minibert.support.distillation.student_inputs import PieceTokenizer, WordTokenizer
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import read_json_object
 from minibert.support.folders import read_record, write_folder, write_record
-from minibert.support.student_config import StudentConfig
-from minibert.support.student_inputs import PieceTokenizer, WordTokenizer
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.tokenization import load_tokenizer
 

@@ -11,13 +11,16 @@ Shared by every lesson and script:
     cli.py                     the scripts' flag checks and one-line `error: ...` exits
     inputs.py                  input files that are pipes, read once; the message for a path that is no file
     reports.py                 metrics as a small table on screen, results ready for JSON
+    outputs.py                 the scripts' --output: a run never writes over a model or the data it reads
+    plots.py                   the scripts' --plot figures (matplotlib, optional)
+    fingerprints.py            a tokenizer's fingerprint, so a replaced vocab.txt is refused
     devices.py                 `--device` -> torch.device; moving batches to it
     seeds.py                   seeds mixed from (seed, step, ...), so runs resume bit for bit
     hub.py                     a name -> a folder: the bundled model, a path, a hub id (huggingface_hub)
     google_archives.py         Google's TF release archives: download, check (CRCs, paths, sizes), unpack
     protobuf.py                the protobuf wire format (TF index entries, SentencePiece models)
 
-For one lesson each:
+For one lesson, or one group of lessons, each:
 
     config_checks.py           model.py, deberta.py: the type and range of every config field
     layer_orders.py            duplication.py: layer indices, the depth limit, a pretrained source
@@ -25,10 +28,9 @@ For one lesson each:
     tokenizer_files.py         tokenization.py: finding, reading and writing a folder's tokenizer files
     sentencepiece_model.py     tokenization.py: the pieces and settings of a SentencePiece `.model` file
     token_cache.py             pretraining_data.py: the corpus read, split into sentences and tokenized once
-    student_config.py          lstm.py: the student's config (StudentConfig) and the checks of its fields
-    words.py                   augment.py, distillation.py: a text as words; the POS-tagged file reader
-    student_inputs.py          distillation.py: the student's text -> ids (words, or the teacher's pieces) -> batches
-    word_vectors.py            distillation.py: the vectors the student's embeddings start from
-    transfer_cache.py          distillation.py: the transfer set and teacher logits, cached by fingerprint
-    distillation_settings.py   distillation.py: a run's settings and their checks
+    metric_inputs.py           metrics.py: the checks on what the official metrics are given
+    tasks.py                   minibert/tasks/: the table of the tasks and their labels; the checks of their settings
+    task_files.py              minibert/tasks/: the datasets' files: readers, prediction writers, the held-out split
+    distillation/              lstm.py, augment.py, distillation.py: the student's config, inputs, word vectors,
+                               transfer cache and run settings (its __init__.py maps them)
 """

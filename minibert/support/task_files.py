@@ -21,8 +21,8 @@ plus a column), write_squad_predictions (the official {id: answer} JSON and
 its null odds).
 
 Labels are kept exactly as the data writes them ("0"/"1", "entailment", ...);
-task_registry.py's CLASSIFICATION_LABELS lists each task's labels. A file without a label column (a file
-to predict on, like GLUE's test TSVs) gives label None.
+tasks.py's CLASSIFICATION_LABELS lists each task's labels. A file without a
+label column (a file to predict on, like GLUE's test TSVs) gives label None.
 
 Bad input raises `MiniBertError` with one line naming the file, the line
 (1-based) and the problem: a missing column, an unknown label, an empty
@@ -46,7 +46,7 @@ from typing import Optional
 
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, read_json_object, write_json
-from minibert.support.task_registry import CLASSIFICATION_LABELS, NER, SQUAD
+from minibert.support.tasks import CLASSIFICATION_LABELS, NER, SQUAD
 
 
 # SNLI (and MNLI) write "-" as the gold label when the annotators did not

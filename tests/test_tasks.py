@@ -1,13 +1,23 @@
-"""minibert.support.task_checks: SQuAD's settings and the NER tag set are
-checked before they reach the features or the head."""
+"""minibert/support/tasks.py: the task table names each task once, and
+SQuAD's settings and the NER tag set are checked before they reach the
+features or the head."""
 
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.support.task_checks import SQUAD_SETTINGS, check_known_tags, check_tag_set, squad_settings
 from minibert.support.task_files import NerSentence
+from minibert.support.tasks import (CLASSIFICATION_LABELS, SQUAD_SETTINGS, TASK_NAMES, WITH_F1, check_known_tags,
+                                    check_tag_set, squad_settings)
 
 DEFAULTS = dict(zip(SQUAD_SETTINGS, (None, 128, 64, 30, 20, 0)))
+
+
+def test_the_table_names_each_task_once_and_each_f1_task_has_a_positive_class():
+    assert len(set(TASK_NAMES)) == len(TASK_NAMES) == 7
+    for name, labels in CLASSIFICATION_LABELS.items():
+        assert len(set(labels)) == len(labels) >= 2, name
+    # The F1 these tasks add is that of the class "1" (ClassificationTask.metrics), so each must have one.
+    assert all("1" in CLASSIFICATION_LABELS[name] for name in WITH_F1)
 
 
 def test_squad_settings_take_the_record_over_the_arguments_and_normalise():

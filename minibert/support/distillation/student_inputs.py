@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from minibert.support.distillation.words import MASK, split_words
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write
-from minibert.support.words import MASK, split_words
 
 SPECIAL_WORDS = ("[PAD]", "[UNK]", MASK)     # ids 0, 1, 2
 VOCAB_FILE = "vocab.txt"

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from minibert.support.distillation.student_config import MAX_EMBEDDING_DIM as MAX_DIM
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import generator_for
-from minibert.support.student_config import MAX_EMBEDDING_DIM as MAX_DIM
 
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from minibert.support.distillation_settings import DEFAULT_POS_FILE
+from minibert.support.distillation.settings import DEFAULT_POS_FILE
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, file_sha256
 from minibert.support.google_archives import default_cache_dir

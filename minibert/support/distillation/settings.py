@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from minibert.support.distillation.student_config import EMBEDDINGS_MODES
 from minibert.support.errors import MiniBertError
 from minibert.support.folders import read_record
 from minibert.support.inputs import copy_for, not_a_file
-from minibert.support.student_config import EMBEDDINGS_MODES
 
 SINGLE_SENTENCE_TASKS = ("sst2",)          # the other classification tasks are sentence pairs: a siamese student
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -111,7 +111,7 @@ def check_files(settings):
         if not Path(settings.embeddings).exists():
             raise MiniBertError(f"--embeddings {settings.embeddings}: expected random, teacher or a word-vectors "
                                 f"file (no such file)")
-        from minibert.support.word_vectors import check_word_vectors
+        from minibert.support.distillation.word_vectors import check_word_vectors
         check_word_vectors(settings.embeddings, settings.embedding_dim)     # every line, before the slow work
     if settings.pos_file is not None:
         pos_file_path(settings.pos_file)

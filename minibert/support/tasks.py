@@ -1,11 +1,44 @@
-"""The checks of the task objects' settings and labels (minibert/tasks/):
-a bad value raises a one-line MiniBertError naming the setting, before it
-can reach the features or the head.
+"""Support for minibert/tasks/: the one table of the fine-tuning tasks and
+their labels, and the checks of the task objects' settings and labels.
+
+Every script, file reader (task_files.py) and task object reads the task
+names and each classification task's labels from the table. A bad setting or
+label raises a one-line MiniBertError naming it, before it can reach the
+features or the head.
 """
 
 import math
 
 from minibert.support.errors import MiniBertError
+
+
+# ----------------------------------------------------------------------------
+# The tasks and their labels
+# ----------------------------------------------------------------------------
+
+# Each sentence(-pair) classification task's labels, as written in its files;
+# a label's position is its class index.
+CLASSIFICATION_LABELS = {
+    "sst2": ("0", "1"),                                    # negative, positive
+    "snli": ("entailment", "neutral", "contradiction"),
+    "mnli": ("entailment", "neutral", "contradiction"),
+    "mrpc": ("0", "1"),                                    # 1 = paraphrase
+    "qqp": ("0", "1"),                                     # 1 = duplicate
+}
+
+# The tasks whose official metrics add the F1 of the positive class "1"
+# (GLUE reports it for MRPC and QQP, whose classes are unbalanced).
+WITH_F1 = ("mrpc", "qqp")
+
+CLASSIFICATION = tuple(CLASSIFICATION_LABELS)
+NER = "conll2003"               # a class per word (minibert/tasks/ner.py)
+SQUAD = "squad"                 # an answer span, or none (minibert/tasks/squad.py)
+TASK_NAMES = (*CLASSIFICATION, NER, SQUAD)
+
+
+# ----------------------------------------------------------------------------
+# The checks of the task objects' settings and labels
+# ----------------------------------------------------------------------------
 
 # What task.json keeps of the SQuAD task, so that a loaded model makes its
 # features and predictions as it was trained (SquadTask.settings).
