@@ -53,7 +53,7 @@ examples:
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
-from minibert.support.tasks import TASK_NAMES
+from minibert.support.task_registry import TASK_NAMES
 
 parser = ArgumentParser(prog="finetune.py", description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
@@ -158,7 +158,7 @@ def sift_config(args):
     return SiftConfig(**{k: v for k, v in given.items() if v is not None})
 
 
-def run_settings(args, eval_name):
+def resume_flags(args, eval_name):
     """What the script knows of the run besides fine_tune's own arguments,
     under each flag's name: --resume refuses a run where one differs."""
     from minibert.support.outputs import file_identity
@@ -229,8 +229,8 @@ def fine_tune(args):
         learning_rate=args.lr, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
         max_seq_len=max_seq_len, warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed,
         bf16=args.bf16, device=args.device, resume=resume, progress=not args.quiet,
-        max_minutes=args.max_minutes, settings={**task_settings(args), "evaluated_on": eval_name},
-        sift=sift_config(args), run_settings=run_settings(args, eval_name),
+        max_minutes=args.max_minutes, record_fields={**task_settings(args), "evaluated_on": eval_name},
+        sift=sift_config(args), resume_flags=resume_flags(args, eval_name),
         eval_name="held-out" if args.split_eval is not None else Path(given_eval or "").name,
         keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer)
     best = summary.get("best")

@@ -442,7 +442,7 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder, si
                 task, str(source), train_examples, None, folder, epochs=args.epochs, learning_rate=args.lr,
                 batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, max_seq_len=args.max_seq_len,
                 warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed, device=args.device,
-                resume=resume, progress=args.progress, settings={"evaluated_on": eval_name}, sift=sift)
+                resume=resume, progress=args.progress, record_fields={"evaluated_on": eval_name}, sift=sift)
         seconds = summary["seconds"]
     started = time.time()
     metrics, _ = score_all([folder], eval_path, args)

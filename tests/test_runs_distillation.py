@@ -49,7 +49,7 @@ def test_resume_config_records_every_setting_that_shapes_the_run_by_flag(tmp_pat
     train.write_text("sentence\tlabel\na good film\t1\n")
     settings = DistillationSettings(optimizer="adam", cache_dir="somewhere").resolved(task, True)
     record = run_record(settings, None, False, train, None, "random U(-0.25, 0.25)", 1, 1)
-    flags = resume_config(task, settings, 10, model, tokenizer, record)["settings"]
+    flags = resume_config(task, settings, 10, model, tokenizer, record)["flags"]
     assert flags["--optimizer"] == "adam" and flags["--lr"] == 5e-4 and flags["--alpha"] == 0.0
     assert flags["--no-augment"] is False and flags["--no-teacher"] is True and flags["--teacher"] is None
     assert flags["--train"].startswith(f"{train} (29 bytes, sha256 ")

@@ -12,7 +12,7 @@ import torch
 
 from minibert.model import BertConfig, BertModelOutput
 from minibert.support.errors import MiniBertError
-from minibert.support.tasks import CLASSIFICATION, CLASSIFICATION_LABELS
+from minibert.support.task_registry import CLASSIFICATION, CLASSIFICATION_LABELS
 from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask
 from minibert.support.task_files import ClassificationExample

@@ -465,13 +465,13 @@ def test_fine_tune_load_and_predict(tmp_path, one_thread):
     # Contexts reach 60 tokens: with max_seq_len 64 some questions need two windows.
     assert len(task.features(train, load_tokenizer(tmp_path / "base"), 64)) > len(train)
     summary = finetuning_run.fine_tune(task, tmp_path / "base", train, dev, tmp_path / "out", epochs=10, batch_size=8,
-                                   learning_rate=3e-3, max_seq_len=64, progress=False, settings=task.settings)
+                                   learning_rate=3e-3, max_seq_len=64, progress=False, record_fields=task.settings)
     f1 = [epoch["f1"] for epoch in summary["epochs_history"]]
     # Measured: from 10-20 after the first epoch to 85-100 (over six data and training seeds).
     assert f1[0] < 50 and summary["best"]["f1"] > 80 and summary["best"]["f1"] - f1[0] > 40, f1
 
     model, loaded, tokenizer, record = finetuning_run.load_task_model(tmp_path / "out", make_task)
-    assert loaded.settings == task.settings and loaded.max_query_len == 16   # saved by fine_tune(settings=...)
+    assert loaded.settings == task.settings and loaded.max_query_len == 16   # saved by fine_tune(record_fields=...)
     write_squad(tmp_path / "dev.json", dev, "1.1")
     loaded, examples, predictions = finetuning_run.predict([tmp_path / "out"], tmp_path / "dev.json", make_task,
                                                        progress=False)

@@ -347,15 +347,15 @@ def test_a_run_killed_and_resumed_ends_with_exactly_the_weights_of_an_uninterrup
 def test_resuming_with_a_changed_flag_names_the_flag_and_both_values(tmp_path):
     path = tmp_path / "checkpoint.pt"
     settings = {"--lr": 0.01, "--train": "t.tsv (10 bytes, sha256 ab)"}
-    run(tiny_model(), toy_batches(6), path, total_steps=2, run_config={"seed": 0, "settings": settings})
+    run(tiny_model(), toy_batches(6), path, total_steps=2, run_config={"seed": 0, "flags": settings})
     for flag, value in (("--lr", 0.02), ("--train", "t.tsv (11 bytes, sha256 cd)")):
         with pytest.raises(MiniBertError, match=re.escape(f"with {flag} {settings[flag]!r}, this run has {flag} "
                                                           f"{value!r}")):
             run(tiny_model(), toy_batches(6), path, resume=True, total_steps=2,
-                run_config={"seed": 0, "settings": {**settings, flag: value}})
+                run_config={"seed": 0, "flags": {**settings, flag: value}})
     # a flag the checkpoint did not record (an older checkpoint) is not compared
     run(tiny_model(), toy_batches(6), path, resume=True, total_steps=2,
-        run_config={"seed": 0, "settings": {**settings, "--new-flag": 1}})
+        run_config={"seed": 0, "flags": {**settings, "--new-flag": 1}})
 
 
 def test_resuming_with_another_optimizer_is_a_minibert_error(tmp_path):

@@ -190,7 +190,7 @@ def resume_config(task, settings, total_steps, model, tokenizer, record=None):
         flags["--train"] = file_identity(record["train_file"])
     return {"task": task.name, "total_steps": total_steps, "batch_size": settings.batch_size, "seed": settings.seed,
             "grad_accum_steps": 1, "model_config": model.config.to_dict(),
-            "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer), "settings": flags}
+            "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer), "flags": flags}
 
 
 # Tang et al.'s SST-2 student without its embeddings, "0.96M" (Table 3; --paper-config sst2): a BiLSTM on 600-d

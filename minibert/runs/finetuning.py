@@ -64,7 +64,7 @@ class BestEpoch:
 def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs=3, max_steps=None,
               learning_rate=5e-5, batch_size=32, eval_batch_size=128, max_seq_len=128, warmup=0.1,
               weight_decay=0.01, seed=0, bf16=False, device="auto", resume=False, progress=True,
-              max_minutes=None, settings=None, sift=None, run_settings=None, eval_name="held-out",
+              max_minutes=None, record_fields=None, sift=None, resume_flags=None, eval_name="held-out",
               keep_checkpoint=False, optimizer="adamw"):
     """Fine-tune `model_name` (anything load_pretrained reads) on the task and
     write the best epoch's model to `output`. Returns a summary dict.
@@ -72,9 +72,10 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     output/checkpoint.pt is removed once the run has reached its last step,
     unless keep_checkpoint; a run stopped by max_minutes keeps it to resume.
     `sift`: a sift.SiftConfig to train with SiFT's adversarial loss (task.json
-    records its settings), or None. `run_settings`: more {flag: value} that
-    shape the run (finetune.py: the training file, ...); with these
-    arguments they are what --resume must find unchanged. `optimizer`:
+    records its settings), or None. `record_fields`: more fields for
+    task.json. `resume_flags`: more {flag: value} that shape the run
+    (finetune.py: the training file, ...); with this function's own they are
+    what --resume must find unchanged. `optimizer`:
     "adamw" (torch's) or "bert-adam" (Google's, without bias correction:
     training.BertAdam)."""
     context = setup_context(device)
@@ -96,13 +97,13 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     eval_features = task.features(eval_examples, tokenizer, max_seq_len) if eval_examples is not None else None
     # The model as load_pretrained finds it again: its name or path, the bundled one by its folder's name.
     base_name = str(model_name) if model_name is not None else base_model.source_dir.name
-    settings = {"max_seq_len": max_seq_len, "base_model": base_name, **getattr(task, "settings", {}),
-                **(settings or {})}
+    record = {"max_seq_len": max_seq_len, "base_model": base_name, **getattr(task, "settings", {}),
+              **(record_fields or {})}       # what task.json records, with the best epoch's metrics
     objective = Objective(task)
     if sift is not None:
         from minibert.sift import SiftObjective
         objective = SiftObjective(task, sift)
-        settings["sift"] = sift.to_dict()
+        record["sift"] = sift.to_dict()
     previous = None
     if resume and (output / TASK_FILE).is_file():   # the best epoch before the kill stays the one to beat
         previous = read_task_record(output).get("metrics")
@@ -110,7 +111,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         task.main_metric,
         evaluate=lambda trained: evaluate(trained, task, eval_examples, eval_features, tokenizer.pad_id,
                                           eval_batch_size, context.device, bf16=bf16, progress=progress)[0],
-        save=lambda trained, metrics: save_task_model(trained, task, tokenizer, output, settings, metrics),
+        save=lambda trained, metrics: save_task_model(trained, task, tokenizer, output, record, metrics),
         previous=previous)
 
     config = TrainingConfig(total_steps=total_steps, learning_rate=learning_rate, weight_decay=weight_decay,
@@ -122,15 +123,15 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
                   "batch_size": batch_size, "seed": seed, "grad_accum_steps": 1, "max_seq_len": max_seq_len,
                   "train_examples": len(train_examples)}
     if sift is not None:
-        run_config["sift"] = settings["sift"]
-    run_config["settings"] = {   # --resume refuses a run where one differs (training.check_same_run)
+        run_config["sift"] = record["sift"]
+    run_config["flags"] = {   # --resume refuses a run where one differs (runs.training.check_same_run)
         "--task": task.name, "--model": str(model_name), "--lr": learning_rate, "--warmup": warmup,
         "--weight-decay": weight_decay, "--max-seq-len": max_seq_len, "--optimizer": optimizer,
         "the tokenizer's casing (do_lower_case)": getattr(tokenizer, "do_lower_case", None),
-        "--sift": settings.get("sift"),
+        "--sift": record.get("sift"),
         **{f"--{k.replace('_', '-')}": v for k, v in getattr(task, "settings", {}).items()
            if k in ("doc_stride", "max_query_len")},
-        **(run_settings or {})}
+        **(resume_flags or {})}
     output.mkdir(parents=True, exist_ok=True)
     if context.is_main and progress:
         tqdm.write(f"{task.name}: {len(train_examples):,} training examples ({len(train_features):,} features), "
@@ -144,7 +145,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         if sift is not None:
             objective.remove_hooks()
     if context.is_main and eval_features is None:
-        save_task_model(model, task, tokenizer, output, settings)
+        save_task_model(model, task, tokenizer, output, record)
     if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
         (output / CHECKPOINT).unlink(missing_ok=True)     # finished: nothing left to resume
     summary.update(task=task.name, seconds=time.time() - started, epochs_history=best_epoch.history,
@@ -157,7 +158,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
 # ----------------------------------------------------------------------------
 
 
-def save_task_model(model, task, tokenizer, folder, settings, metrics=None):
+def save_task_model(model, task, tokenizer, folder, record, metrics=None):
     """The fine-tuned folder, written as one unit (support/folders.py: into a
     temporary folder renamed into place, so a kill leaves the old best epoch
     or the new one, whole): a complete Hugging Face model folder (the
@@ -171,7 +172,7 @@ def save_task_model(model, task, tokenizer, folder, settings, metrics=None):
 
     def write_into(staging):
         save_pretrained(model.base_model, staging, tokenizer=tokenizer, head=model.head, labels=task.labels)
-        write_record(staging, TASK_FILE, {"task": task.name, "labels": task.labels, **settings, **metrics_field,
+        write_record(staging, TASK_FILE, {"task": task.name, "labels": task.labels, **record, **metrics_field,
                                           "vocabulary_fingerprint": tokenizer_fingerprint(tokenizer)})
 
     write_folder(folder, write_into)

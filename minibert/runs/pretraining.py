@@ -228,7 +228,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                                  "tokens": vocabulary(tokenizer)},           # --resume rebuilds the tokenizer
                   # --resume refuses a run where any of these differs (check_same_run), naming the flag:
                   # each shapes the model a run ends with, and a resumed run must end as one run would.
-                  "settings": {"--corpus": [file_identity(f) for f in corpus],
+                  "flags": {"--corpus": [file_identity(f) for f in corpus],
                                "--heldout-corpus": [file_identity(f) for f in heldout],
                                "--max-seq-len": max_seq_len, "--pair-objective": pair_objective,
                                "--mask-prob": mask_prob, "--whole-word-masking": whole_word, "--steps": steps,

@@ -83,7 +83,7 @@ def save_checkpoint(path, model, optimizer, scheduler, step, run_config):
 
 
 # What a checkpoint's run_config must share with the run that resumes it.
-# `settings` holds, under each flag's name, every other setting that shapes
+# `flags` holds, under each flag's name, every other setting that shapes
 # the run (learning rate, data file, task, ...): the caller decides which.
 SAME_RUN_KEYS = ("model_config", "total_steps", "batch_size", "seed", "grad_accum_steps", "vocabulary_fingerprint")
 
@@ -95,7 +95,7 @@ def check_same_run(path, saved, run_config):
     neither run."""
     if not run_config:
         return
-    old, new = saved.get("settings", {}), run_config.get("settings", {})
+    old, new = saved.get("flags", {}), run_config.get("flags", {})
     for flag in old:                     # first: a changed flag explains a changed step count or model
         if flag in new and old[flag] != new[flag]:
             raise MiniBertError(f"--resume: {path} was made with {flag} {old[flag]!r}, this run has {flag} "

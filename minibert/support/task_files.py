@@ -46,7 +46,7 @@ from typing import Optional
 
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, read_json_object, write_json
-from minibert.support.tasks import CLASSIFICATION_LABELS, NER, SQUAD
+from minibert.support.task_registry import CLASSIFICATION_LABELS, NER, SQUAD
 
 
 # SNLI (and MNLI) write "-" as the gold label when the annotators did not

@@ -7,7 +7,7 @@
 Each task object reads its files, turns examples into features, makes its
 head, computes its loss, turns outputs into predictions and scores them with
 minibert.metrics. The
-task names and labels are one table (minibert/support/tasks.py); the
+task names and labels are one table (minibert/support/task_registry.py); the
 file formats are minibert/support/task_files.py.
 
 A task object has:
@@ -33,7 +33,7 @@ A task object has:
 """
 
 from minibert.support.errors import MiniBertError
-from minibert.support.tasks import CLASSIFICATION, NER, SQUAD, TASK_NAMES
+from minibert.support.task_registry import CLASSIFICATION, NER, SQUAD, TASK_NAMES
 
 
 def make_task(name, labels=None, settings=None):

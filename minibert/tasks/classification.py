@@ -14,11 +14,11 @@ from minibert import metrics
 from minibert.heads import OutputLayer
 from minibert.support.errors import MiniBertError
 from minibert.support.task_files import read_task_file, write_classification_predictions
-from minibert.support.tasks import CLASSIFICATION_LABELS, WITH_F1
+from minibert.support.task_registry import CLASSIFICATION_LABELS, WITH_F1
 
 
 class ClassificationTask:
-    """SST-2, SNLI, MNLI, MRPC or QQP (their labels: support/tasks.py)."""
+    """SST-2, SNLI, MNLI, MRPC or QQP (their labels: support/task_registry.py)."""
 
     main_metric = "accuracy"
     uses_pooler = True

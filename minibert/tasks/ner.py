@@ -29,7 +29,7 @@ from minibert import metrics
 from minibert.heads import IGNORE_INDEX, OutputLayer
 from minibert.support.errors import MiniBertError
 from minibert.support.task_files import NerExamples, ner_file_of, read_conll, write_conll_predictions
-from minibert.support.tasks import NER, check_known_tags, check_tag_set
+from minibert.support.task_registry import NER, check_known_tags, check_tag_set
 
 
 # ----------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from minibert import metrics
 from minibert.heads import MASKED_LOGIT, SpanHead
 from minibert.support.errors import MiniBertError
 from minibert.support.task_files import SquadPredictions, read_squad, squad_dataset, write_squad_predictions
-from minibert.support.tasks import SQUAD_SETTINGS, squad_settings
+from minibert.support.task_registry import SQUAD_SETTINGS, squad_settings
 
 # A probability that underflowed to 0 in float32 counts as the smallest
 # positive float32, so that log-probabilities (and their differences) stay finite.

@@ -1,4 +1,4 @@
-"""minibert/support/tasks.py: the task table names each task once, and
+"""minibert/support/task_registry.py: the task table names each task once, and
 SQuAD's settings and the NER tag set are checked before they reach the
 features or the head."""
 
@@ -6,8 +6,8 @@ import pytest
 
 from minibert.support.errors import MiniBertError
 from minibert.support.task_files import NerSentence
-from minibert.support.tasks import (CLASSIFICATION_LABELS, SQUAD_SETTINGS, TASK_NAMES, WITH_F1, check_known_tags,
-                                    check_tag_set, squad_settings)
+from minibert.support.task_registry import (CLASSIFICATION_LABELS, SQUAD_SETTINGS, TASK_NAMES, WITH_F1,
+                                            check_known_tags, check_tag_set, squad_settings)
 
 DEFAULTS = dict(zip(SQUAD_SETTINGS, (None, 128, 64, 30, 20, 0)))
 
