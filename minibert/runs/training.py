@@ -280,6 +280,8 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
             tokens_seen += batch_tokens
             window_tokens += batch_tokens
         micro_batches = [move_to_device(batch, context.device) for batch in micro_batches]
+        # Under torch.distributed every micro-batch's backward averages its gradients over the processes (the
+        # average of sums is the sum of averages, so accumulation stays exact); the counts are global.
         step_stats = training_step(network, micro_batches, objective, optimizer, scheduler, config.max_grad_norm,
                                    counts=all_reduce_sum(counts, context), world_size=context.world_size,
                                    check=lambda stats: check_finite(stats, step + 1, config.learning_rate, context))
