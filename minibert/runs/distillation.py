@@ -9,7 +9,6 @@ reports.
 """
 
 import dataclasses
-import hashlib
 import time
 from collections import namedtuple
 from pathlib import Path
@@ -23,13 +22,14 @@ from minibert.distillation import (DistillationObjective, build_student, make_tr
 from minibert.finetuning import LengthGroupedBatches
 from minibert.runs.finetuning import BestEpoch, evaluate, load_task_model
 from minibert.runs.student_folder import previous_best, save_student
+from minibert.runs.training import TrainingConfig, setup_context, train
 from minibert.support.distillation.settings import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.support.distillation.student_inputs import collate_student
 from minibert.support.distillation.transfer_cache import cached_transfer_set
+from minibert.support.fingerprints import fingerprint
 from minibert.support.inputs import as_given
 from minibert.support.outputs import CHECKPOINT, file_identity
 from minibert.tasks import CLASSIFICATION, make_task
-from minibert.runs.training import TrainingConfig, setup_context, train
 
 # A finetune.py classifier as load_teacher returns it: the model, its task object, its tokenizer, task.json,
 # and its folder.
@@ -164,7 +164,7 @@ def vocabulary_fingerprint(tokenizer):
         words = tokenizer.words
     else:
         words = tokenizer.tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))
-    return hashlib.sha256("\n".join(words).encode()).hexdigest()
+    return fingerprint(list(words))
 
 
 # Settings that do not change what is trained: how fast, where the cache is.

@@ -1,6 +1,8 @@
 """Fingerprints: a short hash that says whether two things are the same.
 
-A tokenizer's fingerprint covers its kind, its casing and every token in id
+`fingerprint(value)` is the one hash of a record (a JSON-able value), and
+fileio.file_sha256 the one hash of a file's bytes: every cache key and every
+record --resume compares is made of these two. A tokenizer's fingerprint covers its kind, its casing and every token in id
 order. The pretraining token cache is keyed by it (token_cache.py), --resume
 compares it, and a fine-tuned folder records it in task.json, so that a
 vocab.txt replaced later (another vocabulary of any size, or another casing)
@@ -14,6 +16,11 @@ from pathlib import Path
 from minibert.support.errors import MiniBertError
 
 
+def fingerprint(value):
+    """SHA-256 (hex) of a JSON-able value, its dict keys sorted."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
 def vocabulary(tokenizer):
     """Every token, in id order."""
     return tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))
@@ -21,8 +28,7 @@ def vocabulary(tokenizer):
 
 def tokenizer_fingerprint(tokenizer):
     """SHA-256 of the tokenizer's kind, casing and tokens in id order."""
-    text = json.dumps([tokenizer.kind, tokenizer.do_lower_case, vocabulary(tokenizer)])
-    return hashlib.sha256(text.encode()).hexdigest()
+    return fingerprint([tokenizer.kind, tokenizer.do_lower_case, vocabulary(tokenizer)])
 
 
 def check_tokenizer_matches(folder, tokenizer, config, record):

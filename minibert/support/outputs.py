@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import refuse_special
+from minibert.support.fileio import file_sha256, refuse_special
 
 # A model folder holds weights, or a record of minibert's or a config next
 # to a tokenizer's files (a Google TF folder: bert_config.json, vocab.txt).
@@ -217,17 +217,11 @@ def file_identity(path):
     """A data file as a resumed run compares it: its path, size and SHA-256
     (a file edited in place keeps its path). None for no file. A pipe is
     named as the user gave it and hashed through its copy (inputs.read_once)."""
-    import hashlib
-
     from minibert.support.inputs import as_given, copy_for
     if path is None:
         return None
     real = copy_for(path)
-    digest = hashlib.sha256()
-    with open(real, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return f"{as_given(str(path))} ({Path(real).stat().st_size} bytes, sha256 {digest.hexdigest()[:16]})"
+    return f"{as_given(str(path))} ({Path(real).stat().st_size} bytes, sha256 {file_sha256(real)[:16]})"
 
 
 def resume_from_checkpoint(output):

@@ -9,7 +9,6 @@ cache, and the arrays are opened as memory maps (the corpus never has to fit
 in memory twice).
 """
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -18,8 +17,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import save_array, write_json
-from minibert.support.fingerprints import tokenizer_fingerprint
+from minibert.support.fileio import file_sha256, save_array, write_json
+from minibert.support.fingerprints import fingerprint, tokenizer_fingerprint
 
 CACHE_VERSION = 1
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]*[A-Z0-9])")
@@ -53,12 +52,8 @@ def read_documents(files):
 def cache_key(files, tokenizer_fingerprint, settings):
     """Hash of everything the cache depends on: each file's name, size and
     content hash, the vocabulary, and the settings."""
-    digest = hashlib.sha256(json.dumps([CACHE_VERSION, tokenizer_fingerprint, settings]).encode())
-    for path in sorted(map(str, files)):
-        digest.update(path.encode())
-        with open(path, "rb") as f:
-            digest.update(hashlib.sha256(f.read()).digest())
-    return digest.hexdigest()[:16]
+    return fingerprint([CACHE_VERSION, tokenizer_fingerprint, settings,
+                        [[path, file_sha256(path)] for path in sorted(map(str, files))]])[:16]
 
 
 

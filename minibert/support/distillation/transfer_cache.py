@@ -9,7 +9,6 @@ later run with the same inputs reads them back. Change any input and the key
 changes: the cache is recomputed, never wrongly reused.
 """
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from tqdm.auto import tqdm
 from minibert.support.distillation.settings import DEFAULT_POS_FILE
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, file_sha256
+from minibert.support.fingerprints import fingerprint
 from minibert.support.google_archives import default_cache_dir
 from minibert.support.inputs import copy_for
 from minibert.support.task_files import ClassificationExample
@@ -30,14 +30,9 @@ def teacher_fingerprint(folder):
     """A SHA-256 of the files that decide the teacher's logits: its config,
     weights (the head's among them), task.json (labels, max_seq_len) and
     tokenizer files."""
-    digest = hashlib.sha256()
     names = ("config.json", "model.safetensors", "pytorch_model.bin", "task.json", "vocab.txt", "spiece.model",
              "tokenizer.json", "tokenizer_config.json")
-    for name in names:
-        path = Path(folder) / name
-        if path.is_file():
-            digest.update(f"{name}:{file_sha256(path)}\n".encode())
-    return digest.hexdigest()
+    return fingerprint({name: file_sha256(Path(folder) / name) for name in names if (Path(folder) / name).is_file()})
 
 
 def transfer_key(teacher_folder, train_file, settings, task, n_examples):
@@ -54,7 +49,7 @@ def transfer_key(teacher_folder, train_file, settings, task, n_examples):
                      pos_file=file_sha256(pos_file) if Path(pos_file).is_file() else None)
     if settings.bf16:                # the teacher's logits computed under bfloat16 autocast differ a little
         parts["bf16"] = True
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    return fingerprint(parts)
 
 
 def save_transfer_cache(path, key, augmented, logits):
