@@ -176,13 +176,17 @@ def test_word_vectors_fill_the_student_words_they_have(tmp_path):
 # ----------------------------------------------------------------------------
 
 SHARED_SST2 = REPO.parent / "shared" / "data" / "sst2" / "train.tsv"
+SHARED_CONLL = REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
+
+
+def test_the_default_lexicon_is_conll_beside_the_repository():
+    assert DEFAULT_POS_FILE == SHARED_CONLL          # wherever the module sits in the package
 
 
 @pytest.mark.shared_data
-@pytest.mark.skipif(not DEFAULT_POS_FILE.is_file() or not SHARED_SST2.is_file(),
+@pytest.mark.skipif(not SHARED_CONLL.is_file() or not SHARED_SST2.is_file(),
                     reason="needs ../shared/data/conll2003/eng.train and sst2/train.tsv, absent here")
 def test_real_sst2_sentences_are_augmented_with_the_default_conll_lexicon():
-    assert DEFAULT_POS_FILE == REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
     task = make_task("sst2")
     examples = task.read(SHARED_SST2)[:100]
     settings = DistillationSettings(n_iter=3).resolved(task, True)

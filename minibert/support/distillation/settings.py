@@ -16,7 +16,7 @@ from minibert.support.folders import read_record
 from minibert.support.inputs import copy_for, not_a_file
 
 SINGLE_SENTENCE_TASKS = ("sst2",)          # the other classification tasks are sentence pairs: a siamese student
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parents[3]       # minibert/support/distillation/settings.py -> the repository
 DEFAULT_POS_FILE = REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
 
 
