@@ -180,10 +180,11 @@ READING_PATH_TARGET = 5000      # lines, about three quarters of the original au
 
 
 def reading_path_files():
-    """Every minibert/...py file the README's reading path names (the tasks by
-    their short names, ner.py and squad.py, as it names them)."""
+    """Every minibert/...py file the README's reading path section names (the
+    tasks by their short names, ner.py and squad.py, as it names them)."""
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Reading path"):text.index("The scripts at the top")]
+    start = text.index("## Reading path")
+    section = text[start:text.index("\n## ", start)]              # up to the next section
     names = re.findall(r"minibert/[\w/]+\.py", section)
     names += [f"minibert/tasks/{name}" for name in re.findall(r"`(\w+\.py)`", section)
               if (PACKAGE_DIR / "tasks" / name).is_file()]
