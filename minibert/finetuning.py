@@ -63,7 +63,12 @@ class TaskModel(nn.Module):
 
 
 class Objective:
-    """training.training_step's objective interface, forwarded to the task."""
+    """The task's loss in the form training.training_step takes: the
+    TaskModel's logits for a batch, then the task's losses(logits, batch) ->
+    {term: (sum of the items' losses, number correct)} and counts(batch) ->
+    {term: number of items}. For sentence classification that is one term,
+    the cross-entropy of the gold classes summed over the batch's sentences
+    (tasks/classification.py), which the step divides by their number."""
 
     def __init__(self, task):
         self.task = task

@@ -158,11 +158,7 @@ def training_step(model, micro_batches, objective, optimizer, scheduler, max_gra
     given, runs after backward and before the weights change (the run stops
     a loss that is not finite there)."""
     model.train()
-    if counts is None:
-        counts = {}
-        for batch in micro_batches:
-            for term, n in objective.counts(batch).items():
-                counts[term] = counts.get(term, 0) + int(n)
+    counts = counts if counts is not None else step_counts(objective, micro_batches)
     # exercise: training-step
     stats = {}
     for batch in micro_batches:
@@ -181,3 +177,12 @@ def training_step(model, micro_batches, objective, optimizer, scheduler, max_gra
     optimizer.zero_grad(set_to_none=True)
     # end exercise
     return stats
+
+
+def step_counts(objective, micro_batches):
+    """{term: items it averages over}, summed over the step's micro-batches."""
+    counts = {}
+    for batch in micro_batches:
+        for term, n in objective.counts(batch).items():
+            counts[term] = counts.get(term, 0) + int(n)
+    return counts

@@ -30,7 +30,7 @@ from minibert.support.devices import autocast as bf16_autocast, choose_device, m
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import remove_leftovers, save_torch
 from minibert.support.seeds import seed_from
-from minibert.training import make_optimizer, training_step, warmup_then_linear_decay
+from minibert.training import make_optimizer, step_counts, training_step, warmup_then_linear_decay
 
 # ----------------------------------------------------------------------------
 # Device, processes
@@ -272,10 +272,8 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
         torch.manual_seed(seed_from(config.seed, "dropout", step, context.rank))
         micro_batches = [rows_for_rank(batches[step * config.grad_accum_steps + m], context)
                          for m in range(config.grad_accum_steps)]
-        counts = {}
+        counts = step_counts(objective, micro_batches)        # this process's; the step divides by all processes'
         for batch in micro_batches:
-            for term, n in objective.counts(batch).items():
-                counts[term] = counts.get(term, 0) + int(n)
             batch_tokens = int(batch["attention_mask"].sum()) * context.world_size
             tokens_seen += batch_tokens
             window_tokens += batch_tokens
