@@ -229,12 +229,12 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                   # --resume refuses a run where any of these differs (check_same_run), naming the flag:
                   # each shapes the model a run ends with, and a resumed run must end as one run would.
                   "flags": {"--corpus": [file_identity(f) for f in corpus],
-                               "--heldout-corpus": [file_identity(f) for f in heldout],
-                               "--max-seq-len": max_seq_len, "--pair-objective": pair_objective,
-                               "--mask-prob": mask_prob, "--whole-word-masking": whole_word, "--steps": steps,
-                               "--batch-size": batch_size, "--grad-accum": grad_accum_steps, "--lr": learning_rate,
-                               "--warmup": warmup_steps, "--weight-decay": weight_decay,
-                               "--optimizer": optimizer, "--max-grad-norm": max_grad_norm, "--seed": seed}}
+                            "--heldout-corpus": [file_identity(f) for f in heldout],
+                            "--max-seq-len": max_seq_len, "--pair-objective": pair_objective,
+                            "--mask-prob": mask_prob, "--whole-word-masking": whole_word, "--steps": steps,
+                            "--batch-size": batch_size, "--grad-accum": grad_accum_steps, "--lr": learning_rate,
+                            "--warmup": warmup_steps, "--weight-decay": weight_decay,
+                            "--optimizer": optimizer, "--max-grad-norm": max_grad_norm, "--seed": seed}}
     config = TrainingConfig(total_steps=steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=warmup_steps, max_grad_norm=max_grad_norm,
                             grad_accum_steps=grad_accum_steps, seed=seed, eval_every=eval_every,
