@@ -7,6 +7,11 @@
     python -m minibert.coursework autograder ../autograder.zip --assignment 1   (for Gradescope)
     python -m minibert.coursework sweep       (every exercise non-empty and independent)
 
+check runs the submission in a bubblewrap jail (apt-get install bubblewrap): it sees only a fresh
+copy of the tree and the unlabelled inputs of its checks, writes only its own small /tmp, and
+nothing it starts outlives the grade. Without bubblewrap, check refuses to grade unless given
+--unsandboxed, and then every report says so.
+
 The texts of the assignments: docs/coursework.md.
 """
 
@@ -17,6 +22,7 @@ from argparse import ArgumentTypeError
 from pathlib import Path
 
 from minibert.coursework import check as grading
+from minibert.coursework import sandbox
 from minibert.coursework.exercises import ASSIGNMENTS, CourseworkError, find_regions
 from minibert.coursework.milestone import TARGET_PERCENT
 from minibert.support.cli import ArgumentParser, HelpFormatter, int_between, run
@@ -71,7 +77,8 @@ def run_check(args):
     grade = grading.check(args.repo, args.exercises, args.assignment, args.reference, data=args.data,
                           exercise_seconds=args.time_limit, import_seconds=args.time_limit,
                           total_seconds=args.total_limit, milestone_seconds=args.milestone_time_limit,
-                          milestone_target=args.milestone_target)
+                          milestone_target=args.milestone_target, unsandboxed=args.unsandboxed,
+                          limits=sandbox.Limits(memory_bytes=args.memory_limit << 20))
     print(grading.table(grade), flush=True)
     if json_path:
         text = json.dumps(grading.gradescope(grade), indent=2) + "\n"
@@ -88,12 +95,13 @@ def run_check(args):
 
 
 def check_results_path(path, submission, reference, package_name="the submission's package"):
-    """--json: a regular file (new or old) outside the submission's package
-    (wherever --repo finds it: the folder itself, minibert/ or one level
-    down) and the instructor's package and tests; its folder is made if
-    missing, and a small file is written there and removed, so that a full
-    disk is found too. Checked before grading, so a grade is never computed
-    and then lost."""
+    """--json: a new file, or one this command wrote before (a results file),
+    outside the submission's package (wherever --repo finds it: the folder
+    itself, minibert/ or one level down) and the instructor's package and
+    tests; its folder is made if missing, and a small file is written there
+    and removed, so that a full disk is found too. Checked before grading,
+    so a grade is never computed and then lost, and no other file (a
+    README, a lesson) is ever written over."""
     path = Path(path)
     resolved = path.resolve()
     if path.is_symlink() or (path.exists() and not path.is_file()):
@@ -108,6 +116,9 @@ def check_results_path(path, submission, reference, package_name="the submission
         folder = Path(folder).resolve()
         if resolved == folder or folder in resolved.parents:
             raise CourseworkError(f"--json {path}: inside {what} ({folder}); write the results elsewhere")
+    if path.exists() and not is_results_file(path):
+        raise CourseworkError(f"--json {path}: exists and is not a results file this command wrote; give a new "
+                              f"file's path (nothing is written over another file)")
     try:
         resolved.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -125,10 +136,27 @@ def check_results_path(path, submission, reference, package_name="the submission
     return path
 
 
+def is_results_file(path):
+    """Whether `path` holds what check --json or sweep --json writes: a JSON
+    object with its "tests" (Gradescope's results) or "exercises" (the sweep)."""
+    try:
+        if path.stat().st_size > 64 << 20:
+            return False
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(value, dict) and ("tests" in value or "exercises" in value)
+
+
 def write_autograder(args):
-    from minibert.coursework.autograder import write_autograder
+    from minibert.coursework.autograder import DATA_FILES, write_autograder
     chosen = grading.select(args.exercises, args.assignment)   # the names are checked here, not on Gradescope
     selection = list(args.exercises) + (["--assignment", *map(str, args.assignment)] if args.assignment else [])
+    if args.data is not None:
+        missing = [name for name in DATA_FILES if not (args.data / name).is_file()]
+        if missing:
+            raise CourseworkError(f"--data {args.data}: no {' or '.join(missing)} there; give the folder holding "
+                                  f"sst2/train.tsv and sst2/dev.tsv, or leave --data out")
     data = args.data or grading.default_data(args.repo)
     names, missing = write_autograder(args.repo, args.archive, selection, data)
     print(f"wrote {args.archive}: {len(names)} files; grades {len(chosen)} exercises "
@@ -183,6 +211,14 @@ def main(argv=None):
                        metavar="S", help="seconds the SST-2 milestone's fine-tuning may take (default: %(default)s)")
     grade.add_argument("--milestone-target", type=float, default=None, metavar="PERCENT",
                        help=f"SST-2 dev accuracy the milestone must reach (default: {TARGET_PERCENT:g})")
+    grade.add_argument("--memory-limit", type=int_between(512, 1 << 20, " (MiB)"),
+                       default=sandbox.Limits().memory_bytes >> 20, metavar="MIB",
+                       help="address space each process of the submission may map, in MiB; torch alone maps "
+                            "about 1 GiB before any tensor (default: %(default)s)")
+    grade.add_argument("--unsandboxed", action="store_true",
+                       help="grade without the bubblewrap jail where none can be built (no bubblewrap, or user "
+                            "namespaces switched off): the submission then runs with your rights, so use it only "
+                            "for your own code; every report of the grade says it was unsandboxed")
     zipping = commands.add_parser("autograder", help="Gradescope's autograder archive for these exercises")
     zipping.add_argument("archive", metavar="ARCHIVE", help="the .zip to write, outside the repository")
     zipping.add_argument("exercises", nargs="*", metavar="EXERCISE", help="exercise names (default: all)")

@@ -7,7 +7,10 @@ in /autograder/results/results.json). The archive written here holds the
 instructor's checkout (the files git knows, as a student copy does), the two
 scripts of minibert/coursework/gradescope/ at its root, with the exercises to
 grade written into run_autograder, and the SST-2 files the end-to-end rows
-need under data/sst2/.
+need under data/sst2/, outside the list of the checkout's files
+(student.MANIFEST_NAME) from which every graded tree is written: source/
+is no git checkout, and without the list the data and its labels would be
+copied into the tree the submission runs in.
 """
 
 import shlex
@@ -15,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from minibert.coursework.exercises import CourseworkError
-from minibert.coursework.student import repository_files
+from minibert.coursework.student import MANIFEST_NAME, repository_files
 from minibert.support.fileio import atomic_write
 
 SCRIPTS = Path(__file__).with_name("gradescope")
@@ -40,9 +43,12 @@ def write_autograder(repo, archive, selection, data=None):
     present = [name for name in DATA_FILES if data and (Path(data) / name).is_file()]
     names = []
     with atomic_write(archive, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
-        for name in repository_files(repo):
+        files = [name for name in repository_files(repo) if name != MANIFEST_NAME]
+        for name in files:
             z.write(repo / name, name)
             names.append(name)
+        z.writestr(MANIFEST_NAME, "".join(f"{name}\n" for name in files))
+        names.append(MANIFEST_NAME)
         for script, text in (("setup.sh", (SCRIPTS / "setup.sh").read_text(encoding="utf-8")),
                              ("run_autograder", run_autograder_script(selection))):
             info = zipfile.ZipInfo(script)

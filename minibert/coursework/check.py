@@ -5,28 +5,37 @@
    the instructor's) and copies over it only the submission's
    `minibert/**/*.py`: no conftest.py, no pytest.ini, no root-level
    module, no symbolic link, nothing outside the package.
-2. **Two runs of the same tests.** A child process runs the chosen
+2. **Behind a wall.** The submission's code runs in a bubblewrap jail
+   (sandbox.py): it sees the fresh tree, the Python installation and the
+   unlabelled inputs of its checks, and nothing else of the machine; it
+   can write only its own small /tmp; it cannot see, signal or outlive the
+   grader; memory, CPU time and file sizes are limited. Without bubblewrap
+   the grader refuses to grade unless told `unsandboxed`, and then says so
+   in every report.
+3. **Two runs of the same checks.** A child process runs the chosen
    exercises' tests on the instructor's own checkout, recording what each
-   exercise's function returns; another runs them on the fresh tree under a
-   guard (see runner.py). An exercise scores only if its tests succeed in
+   exercise's function returns, then the same function on inputs drawn
+   from a seed picked for this grade (probes.py); the jailed child does the
+   same on the fresh tree. An exercise scores only if its tests succeed in
    the submission's run AND every call of its function returned what it
    returns in the instructor's run, compared here, in this process. A
    submission that fakes pytest's verdict or patches torch.allclose still
-   has to produce the instructor's numbers.
-3. **Bounded time.** Each exercise has its own time limit; a loop, a crash
+   has to produce the instructor's numbers, on inputs it never saw.
+4. **Bounded time.** Each exercise has its own time limit; a loop, a crash
    or an exit costs that exercise, and a new child goes on with the rest. A
    package that does not import in time scores 0 everywhere, in bounded
    time, with a message that says so.
-4. **End to end**: the submission's attention inside the bundled model
+5. **End to end**: the submission's attention inside the bundled model
    against the instructor's fused model, its WordPiece on every SST-2 dev
    sentence against the instructor's tokenizer, and the SST-2 milestone:
-   its own model, tokenizer, head, optimizer and step fine-tuned on SST-2,
-   scored here on dev labels the child never sees.
+   its own model, tokenizer, head, optimizer and step fine-tuned on SST-2;
+   the weights it trains are loaded into the instructor's model and scored
+   here on the dev set, which the child never sees.
 """
 
-import ast
 import json
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -37,10 +46,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minibert.coursework import sandbox
 from minibert.coursework.exercises import ASSIGNMENT_OF, CourseworkError, assignment, exercise_tests, find_regions
 
 HERE_REPO = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("runner.py")
+PROBES = Path(__file__).with_name("probes.py")
 
 EXERCISE_SECONDS = 120     # each exercise's tests, in one child; a whole correct assignment takes seconds
 IMPORT_SECONDS = 120       # the graded package's import, before any test
@@ -48,31 +59,24 @@ TOTAL_SECONDS = 1800       # the whole grade
 MILESTONE_SECONDS = 900    # the SST-2 milestone's fine-tuning
 MAX_REPORT_BYTES = 256 << 20
 
-# What an exercise must not call: the fused kernel or the written-out
-# function it replaces. The grader checks the submission's source for these
-# names, and replaces them by functions that raise while the exercise's
-# function runs ("module:attribute").
+# What each exercise must not call while its function runs (runner.Window):
+# "torch": parts of the names of torch functions and ATen operators, refused
+# at torch's dispatcher whatever alias reaches them; "modules": packages whose
+# code may not run; "functions": functions that may not run, by name (the
+# package's own written-out twins, a library's checksum).
 FORBIDDEN = {
-    "attention": ("torch.nn.functional:scaled_dot_product_attention", "torch._C._nn:scaled_dot_product_attention",
-                  "torch.nn.functional:multi_head_attention_forward"),
-    "layer-norm": ("torch.nn.functional:layer_norm", "torch:layer_norm", "torch:native_layer_norm",
-                   "torch.nn.functional:group_norm", "torch.nn.functional:instance_norm"),
-    "gelu-erf": ("torch.nn.functional:gelu", "torch._C._nn:gelu"),
-    "gelu-tanh": ("torch.nn.functional:gelu", "torch._C._nn:gelu"),
-    "lstm-gates": ("torch:lstm_cell", "torch:lstm", "torch._VF:lstm_cell", "torch._VF:lstm"),
-    "c2p-p2c": ("minibert.deberta:relative_scores_written_out",),
-    "adamw-update": ("torch.optim:AdamW", "torch.optim:Adam", "torch.optim.adamw:adamw",
-                     "torch.optim.adam:adam", "torch:_fused_adamw_"),
-    "feed-forward": ("torch.nn.functional:gelu",),
+    "attention": {"torch": ("scaled_dot_product", "multi_head_attention")},
+    "layer-norm": {"torch": ("layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm")},
+    "gelu-erf": {"torch": ("gelu",)},
+    "gelu-tanh": {"torch": ("gelu",)},
+    "lstm-gates": {"torch": ("lstm",)},
+    "c2p-p2c": {"functions": ("relative_scores_written_out",)},
+    "adamw-update": {"torch": ("adam",), "modules": ("torch.optim",)},
+    "basic-tokenizer": {"modules": ("tokenizers",)},
+    "wordpiece": {"modules": ("tokenizers",)},
+    "masked-crc32c": {"functions": ("crc32c", "crc32")},
+    "log-bucket": {"functions": ("make_log_bucket_position",)},
 }
-# Names of FORBIDDEN, plus other reference calls, that may not appear in an
-# exercise function's source (checked on the submission's file, here).
-FORBIDDEN_NAMES = {name: {t.rpartition(":")[2] for t in targets} for name, targets in FORBIDDEN.items()}
-FORBIDDEN_NAMES["feed-forward"] = set()   # it may call its activation module, which may be fused
-FORBIDDEN_NAMES["basic-tokenizer"] = {"BertPreTokenizer", "BertNormalizer", "pre_tokenize_str", "normalize_str"}
-FORBIDDEN_NAMES["wordpiece"] = {"WordPiece", "backend", "encode", "tokenize"}
-FORBIDDEN_NAMES["masked-crc32c"] = {"crc32c", "crc32"}
-FORBIDDEN_NAMES["log-bucket"] = {"make_log_bucket_position"}
 
 # End-to-end rows: (row name, what the child runs, the exercises that switch it on, data it needs).
 END_TO_END = (
@@ -170,33 +174,6 @@ def copy_submission(package, tree):
     return notes
 
 
-def forbidden_calls(tree, region, names):
-    """The forbidden names the submission's exercise function uses, read
-    from its source (so no import-time code can hide them)."""
-    path = Path(tree) / region.path
-    try:
-        module = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return []
-    node, parts = module, region.function.split(".")
-    for part in parts:
-        node = next((child for child in ast.iter_child_nodes(node)
-                     if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and child.name == part),
-                    None)
-        if node is None:
-            return []
-    used = set()
-    for statement in node.body:
-        for child in ast.walk(statement):
-            if isinstance(child, ast.Attribute) and child.attr in names:
-                used.add(child.attr)
-            elif isinstance(child, ast.Name) and child.id in names:
-                used.add(child.id)
-            elif isinstance(child, ast.Constant) and isinstance(child.value, str) and child.value in names:
-                used.add(child.value)   # getattr(F, "layer_norm")
-    return sorted(used)
-
-
 # ---- the children ----------------------------------------------------------
 
 
@@ -210,27 +187,26 @@ def _pytest_ini(reference, scratch):
             markers = tomllib.load(f)["tool"]["pytest"]["ini_options"].get("markers", [])
     except (OSError, KeyError, ValueError, ImportError):
         markers = []          # no markers declared: pytest runs without them
-    ini = Path(scratch) / "config" / "pytest.ini"
-    ini.parent.mkdir(parents=True, exist_ok=True)
+    ini = Path(scratch) / "pytest.ini"
     ini.write_text("[pytest]\n" + ("markers =\n" + "".join(f"    {m}\n" for m in markers) if markers else ""),
                    encoding="utf-8")
     return ini
 
 
 def _hidden_folders(reference, data):
-    """What the submission's process may not read: the instructor's
-    package, history and data, and any other minibert package the grading
-    Python could find."""
-    reference = Path(reference).resolve()
-    hidden = {reference / "minibert", reference / ".git", reference / "build"}
+    """What must stay out of the jail even where it lies inside a folder the
+    jail mounts (the Python installation, /usr): the instructor's checkout,
+    the data, and any other minibert package the grading Python could find."""
+    hidden = {Path(reference).resolve()}
     if data is not None:
         hidden.add(Path(data).resolve())
     for entry in sys.path:
         candidate = Path(entry or ".").resolve() / "minibert"
         if (candidate / "__init__.py").is_file():
             hidden.add(candidate)
-    if Path("/autograder/source").is_dir():
-        hidden.add(Path("/autograder/source"))
+    for folder in ("/autograder/source", "/autograder/results", "/autograder/submission"):
+        if Path(folder).is_dir():
+            hidden.add(Path(folder))
     return sorted(str(h) for h in hidden)
 
 
@@ -240,12 +216,40 @@ class Outcomes:
 
     def __init__(self):
         self.tests, self.end_to_end, self.stopped, self.collect_errors = {}, {}, {}, []
+        self.hidden = {}
         self.imported, self.seconds = False, {}
 
 
-def run_tree(tree, items, *, guard, scratch, spec_extra, limits, deadline):
+@dataclass
+class Place:
+    """Where one run's children run. `jail`: None for the instructor's run
+    (trusted code, on its own checkout) and an unsandboxed grade; else the
+    sandbox settings {"limits", "hidden", "blocker"}."""
+    tree: Path
+    scratch: Path
+    graded: bool
+    jail: dict = None
+
+    def paths(self, tmp):
+        """The paths a child sees: the host's, or the jail's (sandbox.py)."""
+        if self.jail is None:
+            return {"runner": self.scratch / "runner.py", "tree": self.tree, "inputs": self.scratch / "inputs",
+                    "ini": self.scratch / "pytest.ini", "probes": self.scratch / "probes.py", "tmp": tmp}
+        inside = sandbox.INSIDE
+        return {"runner": inside / "runner.py", "tree": inside / "tree", "inputs": inside / "inputs",
+                "ini": inside / "pytest.ini", "probes": inside / "probes.py", "tmp": Path("/tmp/work")}
+
+    def command(self, argv):
+        if self.jail is None:
+            return argv
+        return sandbox.command(argv, tree=self.tree, inputs=self.scratch / "inputs",
+                               files={name: self.scratch / name for name in ("runner.py", "pytest.ini", "probes.py")},
+                               **self.jail)
+
+
+def run_tree(items, *, place, spec_extra, limits, deadline):
     """Run `items` [(exercise, [nodeids])] and end-to-end checks (items
-    whose exercise is "end-to-end:NAME") in `tree`, one child after
+    whose exercise is "end-to-end:NAME") in `place`, one child after
     another: a child that overruns an exercise's limit, crashes or exits is
     replaced by a new one for the exercises it did not reach."""
     outcomes = Outcomes()
@@ -255,26 +259,31 @@ def run_tree(tree, items, *, guard, scratch, spec_extra, limits, deadline):
             for exercise, _ in remaining:
                 outcomes.stopped[exercise] = "not run: the whole grade reached its time limit"
             break
-        done_with = _one_child(tree, remaining, outcomes, guard=guard, scratch=scratch, spec_extra=spec_extra,
-                               limits=limits, deadline=deadline)
+        done_with = _one_child(remaining, outcomes, place=place, spec_extra=spec_extra, limits=limits,
+                               deadline=deadline)
         remaining = [item for item in remaining if item[0] not in done_with]
     return outcomes
 
 
-def _one_child(tree, items, outcomes, *, guard, scratch, spec_extra, limits, deadline):
-    tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=scratch))
+def _one_child(items, outcomes, *, place, spec_extra, limits, deadline):
+    scratch = place.scratch
+    tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=scratch)) if place.jail is None else None
+    at = place.paths(tmp)
     read_end, write_end = os.pipe()
-    spec = {"fd": write_end, "tree": str(tree), "tmp": str(tmp), "guard": guard,
+    exercises = [exercise for exercise, _ in items if not exercise.startswith("end-to-end:")]
+    spec = {**spec_extra, "fd": write_end, "tree": str(at["tree"]), "tmp": str(at["tmp"]), "graded": place.graded,
+            "ini": str(at["ini"]), "probes": str(at["probes"]), "inputs": str(at["inputs"]),
             "tests": [[exercise, test] for exercise, tests in items if not exercise.startswith("end-to-end:")
                       for test in tests],
-            "end_to_end": [exercise.split(":", 1)[1] for exercise, _ in items if exercise.startswith("end-to-end:")],
-            **spec_extra}
+            "hidden": [e for e in spec_extra.get("hidden", ()) if e in exercises],
+            "end_to_end": [exercise.split(":", 1)[1] for exercise, _ in items if exercise.startswith("end-to-end:")]}
     log = open(Path(scratch) / f"child-{os.getpid()}-{time.monotonic_ns()}.log", "w+b")
-    child = subprocess.Popen([sys.executable, "-I", "-B", str(scratch / "runner.py"), json.dumps(spec)],
-                             cwd=tree, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             pass_fds=(write_end,), start_new_session=True,
-                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp),
-                                  "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+    argv = place.command([sys.executable, "-I", "-B", str(at["runner"]), json.dumps(spec)])
+    preexec = sandbox.apply_limits(place.jail["limits"]) if place.jail else sandbox.die_with_parent
+    child = subprocess.Popen(argv, cwd=place.tree, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             pass_fds=(write_end,), start_new_session=True, preexec_fn=preexec,
+                             env={**sandbox.environment(tmp or "/tmp", tmp or "/tmp"),
+                                  "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
     os.close(write_end)
     selector = selectors.DefaultSelector()
     selector.register(read_end, selectors.EVENT_READ)
@@ -331,6 +340,8 @@ def _one_child(tree, items, outcomes, *, guard, scratch, spec_extra, limits, dea
                         current = (exercise, time.monotonic())
                 elif "test" in message:
                     outcomes.tests.setdefault(str(message["test"]), message)
+                elif "hidden" in message:
+                    outcomes.hidden.setdefault(str(message["hidden"]), message)
                 elif "end_to_end" in message:
                     outcomes.end_to_end.setdefault(str(message["end_to_end"]), message)
                 elif "collect_error" in message:
@@ -351,7 +362,8 @@ def _one_child(tree, items, outcomes, *, guard, scratch, spec_extra, limits, dea
         log.seek(max(0, size - 4096))
         tail = log.read().decode("utf-8", "replace")
         log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     kind, note = reason
     last = _last_line(tail) or f"exit status {child.returncode}"
     if not outcomes.imported:
@@ -399,9 +411,26 @@ def _last_line(text):
 # ---- comparing two runs, in this process -----------------------------------
 
 
-def differs(mine, theirs, where="the result"):
-    """None when two digests agree (floats to 1e-4 relative, 1e-5
-    absolute), else a short account of the first difference."""
+def differs(mine, theirs, where="the result", values=True):
+    """None when two digests agree (numbers as numbers, 0 equal to 0.0;
+    floats to 1e-4 relative, 1e-5 absolute), else a short account of the
+    first difference that shows the submission's value, never the
+    reference's. A call that drew from torch's random generator (dropout)
+    is compared by shapes and types only (`values=False`): an honest
+    dropout may draw differently; its values are compared on the grader's
+    own inputs, which draw nothing."""
+    if isinstance(theirs, dict) and "random" in theirs:
+        if not (isinstance(mine, dict) and "random" in mine):
+            return f"{where} draws no random numbers where the reference's does (dropout?)"
+        return differs(mine["random"], theirs["random"], where, values=False)
+    if isinstance(mine, dict) and "random" in mine:
+        mine = mine["random"]
+    if _is_number(theirs):
+        if not _is_number(mine):
+            return f"{where} is {_kind(mine)}, expected a number"
+        if values and not _close(_number_of(mine), _number_of(theirs)):
+            return f"{where} returned {_show(mine)}, which is not the reference's value"
+        return None
     if isinstance(theirs, dict) and "tensor" in theirs:
         if not (isinstance(mine, dict) and "tensor" in mine):
             return f"{where} is {_kind(mine)}, expected a {theirs['tensor']} tensor of shape {tuple(theirs['shape'])}"
@@ -409,43 +438,56 @@ def differs(mine, theirs, where="the result"):
             return f"{where} has shape {tuple(mine['shape'])}, expected {tuple(theirs['shape'])}"
         if mine["tensor"] != theirs["tensor"]:
             return f"{where} is {mine['tensor']}, expected {theirs['tensor']}"
+        if not values:
+            return None
         for i, (a, b) in enumerate(zip(mine["values"], theirs["values"])):
             if not _close(a, b):
-                return f"{where} differs from the reference: {a!r} where it gives {b!r} (value {i} checked)"
+                return f"{where} differs from the reference's: {a!r} at value {i} checked"
         if len(mine["values"]) != len(theirs["values"]) or not _close(mine["sum"], theirs["sum"], 1e-3, 1e-3):
-            return f"{where} differs from the reference (sum {mine['sum']!r} where it gives {theirs['sum']!r})"
+            return f"{where} differs from the reference's (its sum is {mine['sum']!r})"
         return None
     if isinstance(theirs, dict):
         if not isinstance(mine, dict):
             return f"{where} is {_kind(mine)}, expected {_kind(theirs)}"
-        if "float" in theirs:
-            return None if "float" in mine and _close(mine["float"], theirs["float"]) else \
-                f"{where} returned {_show(mine)}, expected {_show(theirs)}"
         for key in theirs:
             if key not in mine:
                 return f"{where} has no {key!r}"
             problem = differs(mine[key], theirs[key], f"{where}[{key!r}]" if key not in ("fields", "state",
-                                                                                       "arguments") else where)
+                                                                                       "arguments") else where,
+                              values)
             if problem:
                 return problem
         extra = set(mine) - set(theirs)
         return f"{where} has {sorted(extra)[0]!r}, which the reference's has not" if extra else None
     if isinstance(theirs, list):
-        if not isinstance(mine, list) or len(mine) != len(theirs):
-            return f"{where} returned {_show(mine)}, expected {_show(theirs)}"
+        if not isinstance(mine, list):
+            return f"{where} returned {_show(mine)}, expected a list or tuple"
+        if len(mine) != len(theirs):
+            return f"{where} returned {len(mine)} items, expected {len(theirs)}"
         for i, (a, b) in enumerate(zip(mine, theirs)):
-            problem = differs(a, b, f"{where}[{i}]")
+            problem = differs(a, b, f"{where}[{i}]", values)
             if problem:
                 return problem
         return None
-    if type(mine) is not type(theirs) or mine != theirs:
-        return f"{where} returned {_show(mine)}, expected {_show(theirs)}"
+    if type(mine) is not type(theirs) or (values and mine != theirs):
+        return f"{where} returned {_show(mine)}, which is not what the reference's returns"
     return None
+
+
+def _is_number(digest):
+    return (isinstance(digest, int) and not isinstance(digest, bool)) or (isinstance(digest, dict)
+                                                                         and set(digest) == {"float"})
+
+
+def _number_of(digest):
+    return digest["float"] if isinstance(digest, dict) else digest
 
 
 def _close(a, b, rtol=1e-4, atol=1e-5):
     if isinstance(a, str) or isinstance(b, str):
-        return a == b
+        return a == b                # "nan", "inf": not finite, compared as written
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b                # exact, however large (a varint of 64 bits)
     return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
 
 
@@ -486,11 +528,13 @@ def default_data(reference):
 
 def check(submission=None, names=(), assignments=(), reference=None, *, data=None, exercise_seconds=EXERCISE_SECONDS,
           import_seconds=IMPORT_SECONDS, total_seconds=TOTAL_SECONDS, milestone_seconds=MILESTONE_SECONDS,
-          milestone_target=None, threads=1):
+          milestone_target=None, threads=1, unsandboxed=False, limits=None):
     """Grade `submission` (a repository, a folder one level above one, or a
     minibert/ package; default: the reference itself) with the tests,
     fixtures and outputs of `reference` (the instructor's checkout; default:
-    the one this code is in). Returns a Grade."""
+    the one this code is in). The submission runs in a bubblewrap jail with
+    `limits` (sandbox.Limits); `unsandboxed=True` grades without one where
+    none can be built, and every report says so. Returns a Grade."""
     from minibert.coursework import milestone
     from minibert.coursework.student import write_student_copy
     began = time.monotonic()
@@ -498,16 +542,24 @@ def check(submission=None, names=(), assignments=(), reference=None, *, data=Non
     reference = Path(reference or HERE_REPO).resolve()
     if not (reference / "minibert").is_dir() or not (reference / "tests").is_dir():
         raise CourseworkError(f"{reference}: not a minibert checkout (no minibert/ and tests/)")
+    notes = []
+    if unsandboxed:
+        notes.append(UNSANDBOXED_NOTE)
+    else:
+        try:
+            sandbox.check_available()
+        except sandbox.SandboxUnavailable as e:
+            raise CourseworkError(f"{e}; grading without it lets the submission read and change this machine's "
+                                  f"files: give --unsandboxed to grade anyway (the results say so)") from None
     data = Path(data).resolve() if data else default_data(reference)
     chosen = select(names, assignments)
     try:
         package = find_package(submission or reference)
     except CourseworkError as e:   # a submission the grader cannot take scores 0, and says why
-        return Grade([Row(n, ASSIGNMENT_OF[n], 0.0, 1.0, "failed", str(e)) for n in chosen], [str(e)],
+        return Grade([Row(n, ASSIGNMENT_OF[n], 0.0, 1.0, "failed", str(e)) for n in chosen], notes + [str(e)],
                      time.monotonic() - began)
     tests, _ = exercise_tests(reference)
     regions = {r.name: r for r in find_regions(reference)[0]}
-    notes = []
     wanted = []
     for row, child, switches, needs in END_TO_END:
         if any(e in chosen for e in switches):
@@ -518,39 +570,52 @@ def check(submission=None, names=(), assignments=(), reference=None, *, data=Non
                 wanted.append(child)
     with tempfile.TemporaryDirectory(prefix="minibert-grade-") as scratch:
         scratch = Path(scratch)
-        shutil.copyfile(RUNNER, scratch / "runner.py")
+        for source in (RUNNER, PROBES):
+            shutil.copyfile(source, scratch / source.name)
         tree = scratch / "tree"
         write_student_copy(reference, tree)
         notes += copy_submission(package, tree)
-        work = scratch / "work"
-        work.mkdir()
-        spec = {"ini": str(_pytest_ini(reference, scratch)), "threads": threads,
+        inputs = scratch / "inputs"         # what the child may read besides the tree: never a dev label
+        inputs.mkdir()
+        _pytest_ini(reference, scratch)
+        (scratch / "blocker.py").write_text("raise ImportError('the grader keeps this reference implementation "
+                                            "from graded code')\n", encoding="utf-8")
+        spec = {"threads": threads, "seed": secrets.randbelow(1 << 31),
                 "watch": [{"exercise": n, "module": regions[n].path[:-3].replace("/", "."),
-                           "qualname": regions[n].function, "forbidden": list(FORBIDDEN.get(n, ()))}
+                           "qualname": regions[n].function, "forbidden": FORBIDDEN.get(n, {})}
                           for n in chosen if n in regions],
-                "hidden": _hidden_folders(reference, data), "sentences": "", "milestone": {}}
-        hidden_labels = {}
+                "hidden": [n for n in chosen if n in regions], "sentences": "", "milestone": {}}
+        dev_pairs = []
         if "wordpiece" in wanted:
-            spec["sentences"] = str(work / "sst2-dev-sentences.txt")
-            milestone.write_sentences(data / "sst2" / "dev.tsv", spec["sentences"])
+            spec["sentences"] = "sst2-dev-sentences.txt"
+            milestone.write_sentences(data / "sst2" / "dev.tsv", inputs / spec["sentences"])
         if "milestone" in wanted:
-            spec["milestone"], hidden_labels = milestone.prepare(data / "sst2", work)
+            spec["milestone"] = milestone.prepare(data / "sst2", inputs)
+            spec["milestone"]["train"] = Path(spec["milestone"]["train"]).name
+            dev_pairs = milestone.read_sst2(data / "sst2" / "dev.tsv")
         items = [(n, [f"{file}::{function}" for file, function in tests.get(n, [])]) for n in chosen]
-        items = [(n, t) for n, t in items if t] + [(f"end-to-end:{c}", []) for c in wanted]
-        limits = {"exercise": exercise_seconds, "import": import_seconds, "milestone": milestone_seconds}
-        # The instructor's run: trusted code, generous limits.
-        expected = run_tree(reference, [i for i in items if i[0] != "end-to-end:milestone"], guard=False, scratch=scratch, spec_extra=spec,
-                            limits={k: max(v, 600) for k, v in limits.items()}, deadline=deadline + 3600)
+        items = [(n, t) for n, t in items if t or n in spec["hidden"]] + [(f"end-to-end:{c}", []) for c in wanted]
+        seconds = {"exercise": exercise_seconds, "import": import_seconds, "milestone": milestone_seconds}
+        # The instructor's run: trusted code on its own checkout, generous limits.
+        expected = run_tree([i for i in items if i[0] != "end-to-end:milestone"],
+                            place=Place(reference, scratch, graded=False), spec_extra=spec,
+                            limits={k: max(v, 600) for k, v in seconds.items()}, deadline=deadline + 3600)
         if "attention" in expected.end_to_end and "data" in expected.end_to_end["attention"]:
             spec["attention_batch"] = expected.end_to_end["attention"]["data"]["batch"]
-        found = run_tree(tree, items, guard=True, scratch=scratch, spec_extra=spec, limits=limits,
+        jail = None if unsandboxed else {"limits": limits or sandbox.Limits(), "blocker": scratch / "blocker.py",
+                                         "hidden": _hidden_folders(reference, data)}
+        found = run_tree(items, place=Place(tree, scratch, graded=True, jail=jail), spec_extra=spec, limits=seconds,
                          deadline=deadline)
-        rows = [_exercise_row(n, tests.get(n, []), expected, found, tree, regions) for n in chosen]
-        rows += [_end_to_end_row(c, expected, found, hidden_labels, milestone_target) for c in wanted]
+        rows = [_exercise_row(n, tests.get(n, []), expected, found, regions) for n in chosen]
+        rows += [_end_to_end_row(c, expected, found, dev_pairs, milestone_target) for c in wanted]
     return Grade(rows, notes, time.monotonic() - began)
 
 
-def _exercise_row(name, own, expected, found, tree, regions):
+UNSANDBOXED_NOTE = ("UNSANDBOXED: graded without the bubblewrap jail (--unsandboxed); the submission could "
+                    "read and change the grader's files, so these results prove nothing against a dishonest one")
+
+
+def _exercise_row(name, own, expected, found, regions):
     number = ASSIGNMENT_OF[name]
     seconds = round(found.seconds.get(name, 0.0), 2)
 
@@ -559,11 +624,6 @@ def _exercise_row(name, own, expected, found, tree, regions):
 
     if not own:
         return failed(f"no test_exercise_{name.replace('-', '_')}* test found under tests/")
-    if name in regions:
-        used = forbidden_calls(tree, regions[name], FORBIDDEN_NAMES.get(name, set()))
-        if used:
-            return failed(f"{regions[name].function} uses {', '.join(used)}: this exercise asks you to write "
-                          f"that computation out")
     ids = sorted(t for t in expected.tests if t.split("[")[0] in {f"{f}::{fn}" for f, fn in own})
     if not ids:
         return failed(f"the instructor's checkout did not run this exercise's tests: "
@@ -588,12 +648,39 @@ def _exercise_row(name, own, expected, found, tree, regions):
             problem = differs(a, b, f"call {i + 1} of {regions[name].function}")
             if problem:
                 return failed(f"{function}: {problem}")
+    problem = _hidden_problem(name, expected, found, regions)
+    if problem:
+        return failed(problem)
     if name in found.stopped:
         return failed(found.stopped[name])
     return Row(name, number, 1.0, 1.0, "passed", f"{len(ids)} test{'s' if len(ids) > 1 else ''} passed", seconds)
 
 
-def _end_to_end_row(child, expected, found, hidden_labels, milestone_target):
+def _hidden_problem(name, expected, found, regions):
+    """Why the exercise's calls on the grader's own inputs (probes.py) do
+    not match the reference's, or None. The note never shows the inputs or
+    the reference's values: they are this grade's secret."""
+    theirs = expected.hidden.get(name)
+    if theirs is None or theirs.get("error"):
+        return None        # the instructor's checkout cannot run this probe (a changed exercise): tests only
+    mine = found.hidden.get(name)
+    where = "on inputs the grader drew for this grade"
+    function = regions[name].function if name in regions else name
+    if mine is None:
+        return f"{where}: {found.stopped.get(name) or 'not run'}"
+    if mine.get("error"):
+        return f"{where}: {mine['error']}"
+    calls, reference_calls = mine.get("calls"), theirs.get("calls", [])
+    if not isinstance(calls, list) or len(calls) != len(reference_calls):
+        return (f"{where}: {function} was called {len(calls) if isinstance(calls, list) else 0} times where the "
+                f"reference's is called {len(reference_calls)} times")
+    for i, (a, b) in enumerate(zip(calls, reference_calls)):
+        if differs(a, b):
+            return f"{where}: call {i + 1} of {function} returned something else than the reference's"
+    return None
+
+
+def _end_to_end_row(child, expected, found, dev_pairs, milestone_target):
     from minibert.coursework import milestone
     row = END_TO_END_OF[child]
     first = dict((r, s) for r, _, s, _ in END_TO_END)[row][0]
@@ -615,7 +702,7 @@ def _end_to_end_row(child, expected, found, hidden_labels, milestone_target):
             return result(*_compare_attention(mine["data"], theirs["data"]))
         if child == "wordpiece":
             return result(*_compare_tokens(mine["data"], theirs["data"]))
-        return result(*milestone.score(mine["data"], hidden_labels, milestone_target))
+        return result(*milestone.score(mine["data"], dev_pairs, milestone_target))
     except (KeyError, TypeError, ValueError, IndexError) as e:
         return result(False, f"the check's outputs are not what it returns ({type(e).__name__})")
 

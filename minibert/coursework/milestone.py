@@ -5,8 +5,12 @@ sum, attention, heads, GELU, LayerNorm, feed-forward), the written-out
 WordPiece tokenizer, the classification head, AdamW's update, the warm-up
 schedule and the training step, on the bundled pretrained model. The
 grader gives the child process the training sentences with their labels and
-the dev sentences WITHOUT labels; it scores the returned predictions itself
-against the dev labels (as CS224N's final project hides its test labels).
+nothing of the dev set; the child returns the weights the submission's code
+trained, and the grader loads them into the instructor's own model and
+scores that on the dev set in its own process. So no dev sentence or label
+is where the submission can read it, and a prediction cannot come from a
+lookup of GLUE's public labels: the model that predicts is the
+instructor's.
 
 The recipe is fixed (seed, sizes, learning rate), so a correct solution
 gives the same accuracy as the reference up to float rounding: see
@@ -34,23 +38,21 @@ def read_sst2(path):
 
 
 def write_sentences(dev_tsv, path):
-    """The dev sentences alone, one per line: what a child may see."""
+    """The dev sentences alone, one per line (the WordPiece row's input)."""
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(sentence for sentence, _ in read_sst2(dev_tsv)))
 
 
 def prepare(sst2_folder, work, recipe=None):
-    """Write the child's inputs into `work`: a labelled training sample and
-    the unlabelled dev sentences. Returns (spec for the child, dev labels)."""
+    """Write the child's one input into `work`: a labelled training sample.
+    Returns the spec for the child."""
     recipe = dict(RECIPE, **(recipe or {}))
     train = read_sst2(f"{sst2_folder}/train.tsv")
     random.Random(recipe["seed"]).shuffle(train)
-    train_file, dev_file = f"{work}/milestone-train.tsv", f"{work}/milestone-dev-sentences.txt"
+    train_file = f"{work}/milestone-train.tsv"
     with open(train_file, "w", encoding="utf-8") as f:
         f.write("".join(f"{s}\t{y}\n" for s, y in train[:recipe["train_examples"]]))
-    write_sentences(f"{sst2_folder}/dev.tsv", dev_file)
-    labels = [y for _, y in read_sst2(f"{sst2_folder}/dev.tsv")]
-    return {"train": train_file, "dev": dev_file, **recipe}, labels
+    return {"train": train_file, **recipe}
 
 
 def encode(sentences, tokenizer, vocab, max_length, written_out):
@@ -65,21 +67,29 @@ def encode(sentences, tokenizer, vocab, max_length, written_out):
     return rows
 
 
-def fine_tune_sst2(spec, written_out=True):
-    """Fine-tune the bundled model with the recipe and return the dev
-    predictions (0 or 1 per sentence)."""
-    import torch
-    from minibert import load_pretrained, load_tokenizer
-    from minibert.finetuning import Objective, TaskModel, collate
+def task_model(written_out):
+    """The bundled model with a fresh two-class head on its pooled output."""
+    from minibert import load_pretrained
+    from minibert.finetuning import TaskModel
     from minibert.heads import OutputLayer, add_pooler_if_missing
-    from minibert.tasks.classification import ClassificationTask
-    from minibert.training import AdamW, parameter_groups, training_step, warmup_then_linear_decay
-    torch.manual_seed(spec["seed"])
-    base, tokenizer = load_pretrained(), load_tokenizer()
-    vocab = tokenizer.backend.get_vocab()
+    base = load_pretrained()
     add_pooler_if_missing(base)
     model = TaskModel(base, OutputLayer(base.config, 2, per_token=False))
     model.base_model.use_written_out(written_out)
+    return model
+
+
+def fine_tune_sst2(spec, written_out=True):
+    """Fine-tune the bundled model with the recipe; returns (model, steps)."""
+    import torch
+    from minibert import load_tokenizer
+    from minibert.finetuning import Objective, collate
+    from minibert.tasks.classification import ClassificationTask
+    from minibert.training import AdamW, parameter_groups, training_step, warmup_then_linear_decay
+    torch.manual_seed(spec["seed"])
+    tokenizer = load_tokenizer()
+    vocab = tokenizer.backend.get_vocab()
+    model = task_model(written_out)
     with open(spec["train"], encoding="utf-8") as f:
         train = [line.rpartition("\t") for line in f.read().splitlines()]
     ids = encode([s for s, _, _ in train], tokenizer, vocab, spec["max_length"], written_out)
@@ -96,30 +106,69 @@ def fine_tune_sst2(spec, written_out=True):
         for start in range(0, len(shuffled), spec["batch_size"]):
             batch = collate(shuffled[start:start + spec["batch_size"]], tokenizer.pad_id)
             training_step(model, [batch], objective, optimizer, scheduler)
-    with open(spec["dev"], encoding="utf-8") as f:
-        dev = encode(f.read().split("\n"), tokenizer, vocab, spec["max_length"], written_out)
+    return model, steps
+
+
+def predict(model, sentences, max_length=RECIPE["max_length"]):
+    """0 or 1 per sentence: the instructor's tokenizer and model."""
+    import torch
+    from minibert import load_tokenizer
+    from minibert.finetuning import collate
+    tokenizer = load_tokenizer()
+    rows = encode(sentences, tokenizer, tokenizer.backend.get_vocab(), max_length, written_out=False)
     model.eval()
     predictions = []
     with torch.no_grad():
-        for start in range(0, len(dev), 128):
-            batch = collate([{"input_ids": row, "token_type_ids": [0] * len(row)} for row in dev[start:start + 128]],
+        for start in range(0, len(rows), 128):
+            batch = collate([{"input_ids": row, "token_type_ids": [0] * len(row)} for row in rows[start:start + 128]],
                             tokenizer.pad_id)
             predictions += model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]) \
                 .argmax(-1).tolist()
-    return {"predictions": predictions, "steps": steps}
+    return predictions
 
 
-def score(data, labels, target=None):
-    """(reached the target, note): dev accuracy from the child's predictions
-    and the labels only the grader holds."""
+def load_weights(data):
+    """The instructor's model holding the weights the child returned
+    (base64 of torch.save of a state dict), or a one-line error."""
+    import base64
+    import binascii
+    import io
+    import pickle
+    import torch
+    try:
+        state = torch.load(io.BytesIO(base64.b64decode(data["weights"], validate=True)), weights_only=True)
+    except (KeyError, TypeError, ValueError, binascii.Error, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        raise ValueError(f"the returned weights cannot be read ({type(e).__name__})") from None
+    model = task_model(written_out=False)
+    expected = model.state_dict()
+    if not isinstance(state, dict) or set(state) != set(expected):
+        raise ValueError("the returned weights are not the bundled model with a two-class head")
+    for name, value in state.items():
+        if not isinstance(value, torch.Tensor) or value.shape != expected[name].shape or not value.is_floating_point():
+            raise ValueError(f"the returned weight {name} does not fit the bundled model")
+    model.load_state_dict(state)
+    return model
+
+
+def score(data, dev_pairs, target=None):
+    """(reached the target, note): the instructor's model holding the
+    child's weights, scored on the dev set only the grader reads."""
+    try:
+        model = load_weights(data)
+    except ValueError as e:
+        return False, str(e)
+    return evaluate(model, dev_pairs, data.get("steps", "?"), target)
+
+
+def evaluate(model, dev_pairs, steps, target=None):
+    """(reached the target, note) for a fine-tuned model on (sentence, label) pairs."""
     target = TARGET_PERCENT if target is None else target
-    predictions = data["predictions"]
-    if not isinstance(predictions, list) or len(predictions) != len(labels):
-        return False, f"expected {len(labels)} dev predictions, got {len(predictions) if isinstance(predictions, list) else 0}"
+    labels = [y for _, y in dev_pairs]
+    predictions = predict(model, [s for s, _ in dev_pairs])
     correct = sum(1 for p, y in zip(predictions, labels) if p == y)
     accuracy = 100.0 * correct / len(labels)
     return accuracy >= target, (f"SST-2 dev accuracy {accuracy:.2f}% ({correct}/{len(labels)}) after "
-                                f"{data.get('steps', '?')} steps; target {target:g}%")
+                                f"{steps} steps; target {target:g}%")
 
 
 def main(argv=None):
@@ -145,12 +194,13 @@ def main(argv=None):
         if not (args.data / "sst2" / name).is_file():
             parser.error(f"--data {args.data}: no sst2/{name} there")
     torch.set_num_threads(args.threads)
+    dev = read_sst2(args.data / "sst2" / "dev.tsv")
     with tempfile.TemporaryDirectory(prefix="minibert-milestone-") as work:
-        spec, labels = prepare(args.data / "sst2", work, {"seed": args.seed})
+        spec = prepare(args.data / "sst2", work, {"seed": args.seed})
         began = time.monotonic()
-        data = fine_tune_sst2(spec, written_out=True)     # the reference's code, run as a solution runs
+        model, steps = fine_tune_sst2(spec, written_out=True)     # the reference's code, run as a solution runs
         seconds = time.monotonic() - began
-    reached, note = score(data, labels)
+    _, note = evaluate(model, dev, steps)
     print(json.dumps({"seed": args.seed, "threads": args.threads, "seconds": round(seconds, 1), "note": note}))
     return 0
 

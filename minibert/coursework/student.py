@@ -1,7 +1,9 @@
 """The student copy: the repository with the chosen exercises blanked.
 
-The copy holds the files git knows (tracked, or new and not ignored), or,
-outside git, every file but .git, caches, compiled files and runs; never a
+The copy holds the files git knows (tracked, or new and not ignored); outside
+git, the files listed in MANIFEST_NAME (which the Gradescope archive carries,
+so that the data packed beside the checkout never reaches a graded tree), or
+else every file but .git, caches, compiled files and runs; never a
 virtual environment (a folder holding pyvenv.cfg, or .venv/venv), whose
 editable install would point back at the instructor's checkout; so no
 solution text reaches it through history, bytecode or site-packages.
@@ -15,6 +17,7 @@ from pathlib import Path
 from minibert.coursework.exercises import CourseworkError, assignment, blank, find_regions
 from minibert.support.fileio import temporary_name
 
+MANIFEST_NAME = ".minibert-files"     # one repository file per line, written by the autograder archive
 SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", ".benchmarks", ".venv", "venv", ".tox", "build", "dist",
                 ".mypy_cache", ".ipynb_checkpoints"}
 # The repository's own scratch folders, skipped at its root only (minibert/runs/ is code).
@@ -40,6 +43,9 @@ def repository_files(repo):
             listed = sorted({name for name in out.decode("utf-8").split("\0") if name})
     except (OSError, subprocess.CalledProcessError):
         listed = None
+    if listed is None and (repo / MANIFEST_NAME).is_file():
+        listed = sorted({name for name in (repo / MANIFEST_NAME).read_text(encoding="utf-8").splitlines()
+                         if name and not name.startswith("/") and ".." not in Path(name).parts})
     if listed is None:
         listed = sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file())
     # a virtual environment is the folder that holds pyvenv.cfg, whatever its name
@@ -94,4 +100,7 @@ def write_student_copy(repo, outdir, assignments=None):
         shutil.rmtree(staging, ignore_errors=True)
         raise CourseworkError(f"{outdir}: cannot write the student copy ({e.strerror or e}"
                               f"{', ' + e.filename if e.filename else ''}); nothing was left there") from None
+    except BaseException:             # Ctrl-C: the half copy goes too
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return files, regions

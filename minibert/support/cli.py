@@ -38,6 +38,7 @@ rate trains quietly on NaNs):
 import argparse
 import functools
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -123,6 +124,10 @@ def run(main, argv=None):
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:           # `... | head -1`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())      # so the exit's own flush of stdout fails no more
+        sys.exit(141)                  # 128 + SIGPIPE, as a shell tool stopped by the pipe
     finally:
         release_locks()               # the --output folders this run held (support/folders.lock_output)
     sys.exit(status or 0)
