@@ -200,7 +200,8 @@ def fit_mlm_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=
     weights and loss. Returns (head in eval mode, final loss)."""
     model.eval().to(device)
     features, targets = [], []
-    for batch in encoded_batches(tokenizer, sentences, 64, max_length_for(model)):
+    for batch in tqdm(encoded_batches(tokenizer, sentences, 64, max_length_for(model)), total=-(-len(sentences) // 64),
+                      desc="encoding the fitting text", unit="batch", disable=not progress):
         batch = move_to_device(batch, device)
         real = real_positions(batch["input_ids"], batch["attention_mask"], tokenizer)
         features.append(hidden_states(model, batch, bf16)[-1][real])      # (N, H)

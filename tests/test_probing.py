@@ -129,6 +129,16 @@ def test_fitted_head_beats_an_untrained_one_on_the_last_layer(tmp_path):
     assert len(probing.probe_model(model, tokenizer, SENTENCES, mlm_head=head).layers) == 4
 
 
+def test_fitting_the_head_shows_progress_from_its_first_pass_over_the_text(tmp_path, capsys):
+    save_tiny_model(tmp_path, with_mlm_head=False, with_pair_head=False)
+    model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
+    probing.fit_mlm_head(model, tokenizer, SENTENCES, steps=2, batch_size=8)
+    shown = capsys.readouterr().err
+    # the frozen encoder's pass over the text comes first, with its own bar, then the head's steps
+    assert "encoding the fitting text" in shown and "fitting MLM head" in shown
+    assert shown.index("encoding the fitting text") < shown.index("fitting MLM head")
+
+
 def test_a_bundled_size_model_probes_the_shipped_sentences_quickly(tmp_path):
     """Speed budget: 4 layers, H 256, vocab 12k, every shipped sentence, < 30 s on 2 cores."""
     sentences = read_sentences()
