@@ -407,6 +407,19 @@ def test_names_that_are_neither_paths_nor_ids(tmp_path, monkeypatch):
     assert hub.HUB_ID.fullmatch("./runs/x") is None and hub.HUB_ID.fullmatch("a/b/c") is None
 
 
+def test_a_mistyped_local_folder_is_no_such_folder_not_a_hub_request(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "quick-sst2").mkdir(parents=True)
+    for typed, why in (("runs/quick-sst2x", "runs/ is a folder here"), ("./runs/quick-sst2x", "it starts with ./"),
+                       ("/no/such/model", "it starts with /"), ("runs/quick/sst2", "a hub id has one /")):
+        with pytest.raises(MiniBertError) as info:
+            resolve_model_dir(typed)
+        assert str(info.value) == f"model {typed}: no such file or folder (read as a path: {why}; a hub id is " \
+                                  f"owner/name)"
+    assert hub.reads_as_path("google-bert/bert-base-uncased") is None         # no google-bert/ here: a hub id
+    assert hub.reads_as_path("owner/name@refs/pr/1") is None                  # a revision may hold slashes
+
+
 def test_a_bad_cached_copy_names_the_cache_and_force_download_replaces_it(fake_hub, env, hf_home, tmp_path):
     files = model_files(tmp_path / "original")
     commit = fake_hub.add(REPO_ID, files)

@@ -124,6 +124,10 @@ def resolve_model_dir(name_or_path, *, force_download=False, revision=None, weig
     if text.startswith(ARCHIVE_PREFIX):
         refuse_revision(revision, text)
         return download_archive(text, force_download=force_download)
+    why = reads_as_path(text)
+    if why and text not in SHORT_NAMES:
+        raise MiniBertError(f"model {text}: no such file or folder (read as a path: {why}; a hub id is "
+                            f"owner/name)")
     match = HUB_ID.fullmatch(SHORT_NAMES.get(text, text))
     if match is None:
         raise MiniBertError(f"model {text!r} is neither an existing file or folder nor a known name or hub id; "
@@ -133,6 +137,22 @@ def resolve_model_dir(name_or_path, *, force_download=False, revision=None, weig
                             f"was given; give one of them")
     return download_from_hub(match["repo"], match["revision"] or revision, force_download=force_download,
                              weights=weights, typed=text)
+
+
+def reads_as_path(text):
+    """Why `text`, which names nothing on disk, must be a mistyped path rather
+    than a hub id, or None: it starts like a path, has more than a hub id's
+    one "/" before any @revision, or its first part is a folder here
+    (runs/quick-sst2x beside runs/)."""
+    if text.startswith(("/", "./", "../", "~", ".\\")) or text in (".", ".."):
+        return f"it starts with {text[:2] if text[:1] == '.' else text[:1]}"
+    name = text.split("@", 1)[0]
+    if name.count("/") > 1 or os.sep != "/" and os.sep in name:
+        return "a hub id has one /"
+    first = name.split("/", 1)[0]
+    if "/" in name and first and Path(first).is_dir():
+        return f"{first}/ is a folder here"
+    return None
 
 
 def refuse_revision(revision, text):
