@@ -134,6 +134,7 @@ class Window:
         self.functions = frozenset(rules.get("functions", ()))
         self.modules = tuple(rules.get("modules", ()))
         self.folders = tuple(f for f in (module_folder(m) for m in self.modules) if f)
+        self.empty = not (self.torch_names or self.functions or self.modules)
         self.broken = None
 
     def refuse(self, what):
@@ -208,7 +209,12 @@ class RefuseKernels(TorchDispatchMode):
 
 def run_in_window(window, function, args, kwargs):
     """function(*args, **kwargs) with the window's rules in force; raises
-    Refused if a rule was broken, even where the exercise caught the error."""
+    Refused if a rule was broken, even where the exercise caught the error.
+    An exercise with no rules (the training step) runs unwatched: nothing
+    is refused in it, and watching every call of a whole training step
+    would double the milestone's time."""
+    if window.empty:
+        return function(*args, **kwargs)
     if SPEC["graded"] and threads_now() > BASELINE_THREADS["n"]:
         window.refuse("the submission runs threads of its own beside the exercise; the grader watches one")
     before = sys.getprofile()
