@@ -410,8 +410,9 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
         if saving:
             save_checkpoint(checkpoint_path, model, optimizer, scheduler, done, run_config or {}, budget)
         if finished and budget is not None:
-            tqdm.write(f"the budget of {config.budget_minutes:g} minutes is spent at step {done}: the learning "
-                       f"rate is at its floor, {scheduler.get_last_lr()[0]:g}")
+            if context.is_main:
+                tqdm.write(f"the budget of {config.budget_minutes:g} minutes is spent at step {done}: the learning "
+                           f"rate is at its floor, {scheduler.get_last_lr()[0]:g}")
             break
         if out_of_time:
             tqdm.write(f"stopping after {config.max_minutes} minutes at step {done}; resume with --resume")
