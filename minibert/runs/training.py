@@ -287,7 +287,8 @@ def make_schedule(optimizer, config, clock=time.monotonic):
         return progress_schedule(optimizer, budget.tick, config.schedule, config.warmup_fraction), budget
     if config.schedule == "linear":
         return warmup_then_linear_decay(optimizer, config.warmup_steps, config.total_steps), None
-    return progress_schedule(optimizer, lambda step: min(1.0, step / config.total_steps), config.schedule), None
+    return progress_schedule(optimizer, lambda step: min(1.0, step / max(1, config.total_steps)),
+                             config.schedule), None
 
 
 def shared_clock(context):
