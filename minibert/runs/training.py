@@ -147,7 +147,7 @@ class TrainingConfig:
     max_minutes: Optional[float] = None  # stop early (with a checkpoint) after this much wall time
     # The schedule's shape (training.SCHEDULES): "linear" is BERT's warm-up and decay over warmup_steps and
     # total_steps; the others run over step / total_steps. With budget_minutes, every shape runs over the
-    # wall clock (training.BudgetClock; linear warms up over warmup_fraction of it) and the run ends with it.
+    # wall clock (BudgetClock below; linear warms up over warmup_fraction of it) and the run ends with it.
     schedule: str = "linear"
     budget_minutes: Optional[float] = None
     warmup_fraction: float = 0.0
