@@ -139,6 +139,8 @@ def main():
             train_step(name, *runs[precision][name], batch, precision)
             if r >= args.warmup:
                 times[name, precision].append(time.perf_counter() - start)
+        print(f"round {r + 1} of {args.warmup + args.rounds} done ({'warm-up' if r < args.warmup else 'timed'})",
+              file=sys.stderr, flush=True)
 
     def ratio(slow, fast):  # median over rounds of time(slow) / time(fast)
         return statistics.median(s / f for s, f in zip(times[slow], times[fast]))
