@@ -14,6 +14,24 @@ A bigger run, the bundled model's shape (its exact recipe: docs/results.md 1):
         --vocab-size 12000 --layers 6 --hidden 256 --heads 4 --intermediate 1024 \
         --batch-size 256 --lr 1e-3 --steps 20000 --output runs/gutenberg
 
+On a time budget, the learning rate keyed to the clock (instead of --steps):
+
+    python train_mlm.py --corpus ../shared/data/corpus --heldout pg11_ pg84_ pg1661_ \
+        --vocab-size 12000 --layers 6 --hidden 256 --heads 4 --intermediate 1024 \
+        --batch-size 256 --lr 1e-3 --budget-minutes 60 --schedule linear --output runs/hour
+
+--budget-minutes M runs the schedule over progress p = time trained / M
+rather than over steps (Izsak et al. 2021; Geiping & Goldstein 2022), so
+the learning rate reaches 0 exactly when the budget ends, and the run ends
+there. --schedule linear warms up over --warmup-fraction of the budget (0.06
+by default, Izsak et al.'s) then decays linearly; one-cycle rises to the peak
+at half-time and falls; triangle (Cramming's) starts at a quarter of the
+peak, peaks at 3/4 of the budget and falls. The budget counts the training
+loop (steps, evaluations, checkpoints), not the preparation. It is counted
+across --resume: checkpoint.pt records the time spent, and a resumed run
+continues the schedule from that progress. --max-minutes, by contrast, only
+stops this one invocation (--resume continues, the schedule unchanged).
+
 Distributed over 2 processes (gloo on CPU, NCCL on GPUs):
 
     torchrun --nproc_per_node 2 train_mlm.py ... (same flags)
@@ -53,6 +71,9 @@ from minibert.support.errors import MiniBertError
 FLAG_MAX_POSITIONS = 512
 # DeBERTa v3-base's relative-position buckets (its config.json: position_buckets 256).
 DEBERTA_POSITION_BUCKETS = 256
+# A run of steps, and a run on a time budget (Izsak et al. 2021 warm up over 6% of theirs).
+DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_FRACTION = 10000, 1000, 0.06
+SCHEDULE_NAMES = ("linear", "one-cycle", "triangle")     # minibert.training.SCHEDULES (a test holds them equal)
 
 
 def parse_args(argv=None):
@@ -108,15 +129,30 @@ def parse_args(argv=None):
     train.add_argument("--force", action="store_true",
                        help="write into --output even if it holds other files or another run's checkpoint "
                             "(that run is started over, not resumed)")
-    train.add_argument("--steps", type=non_negative_int, default=10000,
+    train.add_argument("--steps", type=non_negative_int,
                        help="optimizer steps; 0 only prepares (vocabulary, token cache, untrained model) "
-                            "(default 10000)")
+                            f"(default {DEFAULT_STEPS}; not with --budget-minutes, whose budget ends the run)")
+    train.add_argument("--budget-minutes", type=positive_float,
+                       help="train for this much time instead of --steps, the schedule keyed to it: warm-up and "
+                            "decay run over the fraction of the budget spent, so the learning rate reaches 0 when "
+                            "the budget ends, and the run ends there; counted across --resume (the checkpoint "
+                            "records the time spent)")
     train.add_argument("--batch-size", type=positive_int, default=128,
                        help="sequences per micro-batch, all processes together (default 128)")
     train.add_argument("--grad-accum", type=positive_int, default=1,
                        help="micro-batches per optimizer step (default 1)")
     train.add_argument("--lr", type=positive_float, default=5e-4, help="peak learning rate (default 5e-4)")
-    train.add_argument("--warmup", type=non_negative_int, default=1000, help="warm-up steps (default 1000)")
+    train.add_argument("--schedule", choices=SCHEDULE_NAMES, default="linear",
+                       help="the learning rate's shape over the run (steps, or the --budget-minutes budget): linear "
+                            "(warm-up, then linear decay to 0: BERT's), one-cycle (up to the peak at half-time, then "
+                            "down to 0), triangle (Cramming's: from 1/4 of the peak up to it at 3/4, then down to 0) "
+                            "(default linear)")
+    train.add_argument("--warmup", type=non_negative_int,
+                       help=f"warm-up steps of --schedule linear (default {DEFAULT_WARMUP}; with --budget-minutes "
+                            f"use --warmup-fraction)")
+    train.add_argument("--warmup-fraction", type=probability(include_zero=True, include_one=False),
+                       help=f"with --budget-minutes and --schedule linear: the fraction of the budget spent warming "
+                            f"up, in [0, 1) (default {DEFAULT_WARMUP_FRACTION}, as Izsak et al.)")
     train.add_argument("--weight-decay", type=non_negative_float, default=0.01,
                        help="AdamW weight decay, not on LayerNorm/bias (default 0.01)")
     train.add_argument("--optimizer", choices=("adamw", "bert-adam"), default="adamw",
@@ -137,7 +173,8 @@ def parse_args(argv=None):
                       resume_help="continue from OUTPUT/checkpoint.pt (with the vocabulary stored in it), with "
                                   "the same corpus and settings (a changed one is refused, by name); with no "
                                   "checkpoint yet, start from step 0",
-                      stopping="the last step's weights are the checkpoint's")
+                      stopping="the last step's weights are the checkpoint's; each invocation counts its own "
+                               "time and leaves the schedule as it is (--budget-minutes keys the schedule to time)")
     add_device(train)
     train.add_argument("--num-workers", type=non_negative_int, default=0,
                        help="processes preparing batches ahead (default 0)")
@@ -145,6 +182,7 @@ def parse_args(argv=None):
     add_reports(train, "a summary (config, history, held-out metrics; accuracies in percent)",
                 "the training loss and the masked-token accuracy (training and held out) against the step")
     args = p.parse_args(argv)
+    check_schedule_flags(p, args)
     if args.config is None and args.max_seq_len > FLAG_MAX_POSITIONS:
         p.error(f"argument --max-seq-len: {args.max_seq_len} is longer than max_position_embeddings "
                 f"({FLAG_MAX_POSITIONS}) of a model built from the flags; expected at most {FLAG_MAX_POSITIONS} "
@@ -164,6 +202,35 @@ def parse_args(argv=None):
             p.error(f"argument --position-buckets: {args.position_buckets} buckets squeeze nothing for distances "
                     f"up to {FLAG_MAX_POSITIONS}; expected at most {2 * (FLAG_MAX_POSITIONS - 1) - 1}")
     return args
+
+
+def check_schedule_flags(p, args):
+    """--steps and --warmup count steps, --budget-minutes and --warmup-fraction
+    time: one clock per run. Fills in the defaults of the clock chosen."""
+    if args.budget_minutes is not None:
+        if args.steps is not None:
+            p.error(f"argument --steps: a --budget-minutes run ends when its budget does; give --steps "
+                    f"{args.steps} or --budget-minutes {args.budget_minutes:g}, not both")
+        if args.warmup is not None:
+            p.error("argument --warmup: counts steps; a --budget-minutes run warms up over --warmup-fraction "
+                    "of its budget")
+    else:
+        if args.warmup_fraction is not None:
+            p.error("argument --warmup-fraction: a fraction of --budget-minutes; a run of --steps warms up "
+                    "over --warmup steps")
+        args.steps = DEFAULT_STEPS if args.steps is None else args.steps
+    if args.schedule != "linear":
+        given = "--warmup" if args.warmup is not None else "--warmup-fraction" if args.warmup_fraction is not None \
+            else None
+        if given:
+            p.error(f"argument {given}: --schedule {args.schedule} has its own rise; warm-up is for --schedule linear")
+    linear = args.schedule == "linear"
+    if args.budget_minutes is not None:
+        args.warmup_fraction = (DEFAULT_WARMUP_FRACTION if args.warmup_fraction is None else args.warmup_fraction
+                                ) if linear else 0.0
+    else:
+        args.warmup = (DEFAULT_WARMUP if args.warmup is None else args.warmup) if linear else 0
+        args.warmup_fraction = 0.0
 
 
 def choose_tokenizer(args, corpus, resume):
@@ -284,7 +351,9 @@ def main(argv=None):
                        eval_batches=args.eval_batches, checkpoint_every=args.checkpoint_every,
                        max_minutes=args.max_minutes, resume=resume, device=args.device,
                        num_workers=args.num_workers, cache_dir=args.cache_dir, progress=not args.quiet,
-                       bf16=args.bf16, keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer)
+                       bf16=args.bf16, keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer,
+                       schedule=args.schedule, budget_minutes=args.budget_minutes,
+                       warmup_fraction=args.warmup_fraction)
     if args.json:
         make_parent_folder(args.json)
         write_json(args.json, summary)

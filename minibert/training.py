@@ -10,7 +10,9 @@ One optimizer step, `training_step`, is what every run takes:
     AdamW (or BERT's own Adam) step, learning-rate schedule step
 
 and the pieces it uses: AdamW written out, the parameter groups (no decay
-on biases and LayerNorm) and BERT's warm-up then linear decay. The run
+on biases and LayerNorm), BERT's warm-up then linear decay and the same
+rule keyed to a time budget (Izsak et al. 2021; Geiping & Goldstein 2022),
+where the clock is the wall clock and not the step. The run
 around the step (processes, checkpoints, resume, evaluation, logging) is
 minibert/runs/training.py.
 """
@@ -123,7 +125,13 @@ def make_optimizer(model, learning_rate, weight_decay=0.01, betas=(0.9, 0.999), 
 
 def warmup_then_linear_decay(optimizer, warmup_steps, total_steps):
     """Learning rate rises linearly from 0 over `warmup_steps`, then falls
-    linearly to 0 at `total_steps` (BERT's schedule)."""
+    linearly to 0 at `total_steps` (BERT's schedule).
+
+    This is rise_then_fall below on the step clock, p = step / total_steps,
+    with w = warmup_steps / total_steps: the decay (total_steps - step) /
+    (total_steps - warmup_steps) is (1 - p) / (1 - w). Only the warm-up
+    counts the step being taken, (step + 1) / warmup_steps, so that the
+    first step does not go by at a rate of 0."""
     # exercise: lr-schedule
     def factor(step):
         if step < warmup_steps:
@@ -131,6 +139,49 @@ def warmup_then_linear_decay(optimizer, warmup_steps, total_steps):
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     # end exercise
+
+
+# ----------------------------------------------------------------------------
+# A schedule keyed to a time budget (Izsak et al. 2021; Geiping & Goldstein 2022)
+# ----------------------------------------------------------------------------
+# On a time budget the number of steps is not known in advance: a decay
+# planned over guessed steps is cut by the clock with its rate still high.
+# Both papers write the schedule over progress p in [0, 1] and read p from
+# the wall clock, p = elapsed time / budget, so the rate reaches its floor,
+# 0, exactly when the budget ends (Izsak et al.'s time-based schedule,
+# academic-budget-bert's TimeScheduler; Cramming's "budget-" schedulers).
+# One rule, two clocks: on the step clock p = step / total_steps.
+
+# The rule's two numbers, (s, w): start at s times the peak, peak at p = w.
+SCHEDULES = {
+    "linear": None,              # (0, the warm-up fraction): BERT's; Izsak et al.'s on the clock, 6% warm-up
+    "one-cycle": (0.0, 0.5),     # peak at half-time (Smith & Topin 2019, simplified; Cramming's budget-one-cycle)
+    "triangle": (0.25, 0.75),    # Cramming's final recipe (budget-triangle2 in its train/bert-o4.yaml)
+}
+
+
+def rise_then_fall(p, peak_at, start=0.0):
+    """The learning rate at progress p in [0, 1], as a fraction of the peak:
+
+        f(p) = min(s + (1 - s) p / w,  (1 - p) / (1 - w))
+
+    a straight line up from s at p = 0 to 1 at p = w (s = start, w =
+    peak_at), then a straight line down to 0 at p = 1 (w = 0: no rise)."""
+    rise = start + (1 - start) * p / peak_at if peak_at > 0 else 1.0
+    return max(0.0, min(rise, (1 - p) / (1 - peak_at)))
+
+
+def progress_schedule(optimizer, progress, schedule="linear", warmup=0.0):
+    """Each step's rate is peak * f(progress(step)) for the shape `schedule`
+    (SCHEDULES; `warmup`: linear's w). progress(step) gives p when `step`
+    optimizer steps are done: step / total_steps, or elapsed / budget, the
+    wall clock read as the step ends (the run's BudgetClock.tick)."""
+    if schedule not in SCHEDULES:
+        raise MiniBertError(f"schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+    if not 0 <= warmup < 1:
+        raise MiniBertError(f"warmup {warmup!r}: expected a fraction of the run in [0, 1), leaving time to decay")
+    start, peak_at = SCHEDULES[schedule] or (0.0, warmup)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: rise_then_fall(progress(step), peak_at, start))
 
 
 # ----------------------------------------------------------------------------
@@ -173,7 +224,7 @@ def training_step(model, micro_batches, objective, optimizer, scheduler, max_gra
     if max_grad_norm:
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)   # ||g|| <= 1.0, as Google's BERT
     optimizer.step()                  # AdamW (decoupled weight decay, no decay on biases and LayerNorm)
-    scheduler.step()                  # linear warm-up, then linear decay to 0
+    scheduler.step()                  # the next step's rate: warm-up, then decay to 0 (by step or clock)
     optimizer.zero_grad(set_to_none=True)
     # end exercise
     return stats

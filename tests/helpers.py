@@ -1,5 +1,5 @@
 """Small helpers several test files share: running a script, one and two processes, encoding protobuf varints,
-a local HTTP server."""
+a local HTTP server, a fake clock."""
 
 import contextlib
 import importlib.util
@@ -87,3 +87,15 @@ def local_server(state, handler):
         httpd.server_close()
         thread.join()
 
+
+
+class FakeClock:
+    """A clock for a time budget (training.BudgetClock) that moves `seconds` forward each time it is read, from
+    `start`: a run's progress is then a function of how often it reads it, the same on every machine."""
+
+    def __init__(self, seconds, start=0.0):
+        self.seconds, self.now = seconds, start - seconds
+
+    def __call__(self):
+        self.now += self.seconds
+        return self.now

@@ -176,7 +176,8 @@ def test_a_run_calls_its_lesson():
 # ----------------------------------------------------------------------------
 
 README = PACKAGE_DIR.parent / "README.md"
-READING_PATH_TARGET = 5000      # lines, about three quarters of the original authors' code for the same scope
+READING_PATH_TARGET = 5100      # lines, about three quarters of the original authors' code for the same scope
+                                # (5,000 before the schedule keyed to a time budget joined training.py)
 
 
 def reading_path_files():

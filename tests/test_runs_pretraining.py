@@ -1,7 +1,12 @@
 """minibert/runs/pretraining.py: train_mlm.py's run around the lesson. Here:
 a run killed while it saves its model folder loses nothing, and the next
-`--resume` ends with the model an uninterrupted run gives."""
+`--resume` ends with the model an uninterrupted run gives; a run on a time
+budget (--budget-minutes, on a fake clock) ends with its learning rate at 0
+when the budget does, and a resumed one continues from the budget its
+checkpoint recorded; the schedule's flags that do not go together."""
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +16,12 @@ import pytest
 import torch
 
 from minibert.checkpoints import load_pretrained
+from minibert.model import BertConfig
+from minibert.runs.pretraining import pretrain
+from minibert.runs.training import load_checkpoint
+from minibert.tokenization import wordpiece_tokenizer
+from minibert.training import SCHEDULES
+from helpers import FakeClock, error_line, run_script_in_process
 from tiny_models import write_vocab
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,3 +103,98 @@ def test_a_run_killed_while_saving_its_model_keeps_the_old_one_and_resumes_to_th
     assert any(not torch.equal(old[name], new[name]) for name in old)
     for name in expected:
         assert torch.equal(new[name], expected[name]), name
+
+
+# ----------------------------------------------------------------------------
+# A time budget
+# ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus_and_tokenizer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("budget")
+    write_vocab(folder, ["the cat sat on the mat ."])
+    (folder / "corpus.txt").write_text("the cat sat on the mat .\n\n" * 40)
+    return folder, wordpiece_tokenizer(folder / "vocab.txt", do_lower_case=True)
+
+
+def pretrain_on_budget(data, tokenizer, output, clock, **settings):
+    """1 minute of budget; FakeClock(6) makes each step take 6 s of it: 10 steps."""
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    return pretrain([data / "corpus.txt"], output, config, tokenizer, steps=None, budget_minutes=1.0,
+                    warmup_fraction=0.2, batch_size=4, max_seq_len=16, seed=3, eval_every=0, checkpoint_every=0,
+                    cache_dir=data / "cache", progress=False, device="cpu", clock=clock, **settings)
+
+
+def test_a_run_on_a_budget_ends_when_it_is_spent_with_the_learning_rate_at_zero(corpus_and_tokenizer, tmp_path):
+    data, tokenizer = corpus_and_tokenizer
+    summary = pretrain_on_budget(data, tokenizer, tmp_path / "run", FakeClock(6))
+    assert summary["finished"] and summary["end_step"] == 10 and summary["budget_seconds_used"] == 60
+    assert summary["history"][-1]["step"] == 10 and summary["history"][-1]["lr"] == 0.0
+    assert summary["run_config"]["flags"]["--budget-minutes"] == 1.0 and summary["run_config"]["total_steps"] is None
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()      # finished: nothing left to resume
+
+
+def test_a_stopped_run_resumes_its_budget_from_the_time_its_checkpoint_recorded(corpus_and_tokenizer, tmp_path):
+    data, tokenizer = corpus_and_tokenizer
+    pretrain_on_budget(data, tokenizer, tmp_path / "straight", FakeClock(6), keep_checkpoint=True)
+    first = pretrain_on_budget(data, tokenizer, tmp_path / "run", FakeClock(6), max_minutes=0.0)
+    assert first["end_step"] == 1 and not first["finished"]
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["budget_seconds_used"] == 6
+    # Resumed on a clock that reads an hour later: the schedule goes on from 6 s of the 60, so on this fake
+    # clock (each step 6 s in both runs) every step has the uninterrupted run's rate and the weights agree.
+    second = pretrain_on_budget(data, tokenizer, tmp_path / "run", FakeClock(6, start=3600), resume=True,
+                                keep_checkpoint=True)
+    assert second["start_step"] == 1 and second["end_step"] == 10 and second["history"][-1]["lr"] == 0.0
+    straight = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")
+    resumed = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert straight["budget_seconds_used"] == resumed["budget_seconds_used"] == 60
+    for name in straight["model"]:
+        assert torch.equal(straight["model"][name], resumed["model"][name]), name
+
+
+def test_train_mlm_names_its_schedules_as_the_lesson_does():
+    spec = importlib.util.spec_from_file_location("train_mlm_script", REPO / "train_mlm.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.SCHEDULE_NAMES == tuple(SCHEDULES)
+
+
+def test_train_mlm_on_a_budget_of_the_real_clock_stops_with_the_learning_rate_at_zero(corpus_and_tokenizer,
+                                                                                      tmp_path):
+    data, _ = corpus_and_tokenizer
+    args = ["--corpus", data / "corpus.txt", "--vocab", data / "vocab.txt", "--layers", "1", "--hidden", "16",
+            "--heads", "2", "--intermediate", "32", "--batch-size", "4", "--max-seq-len", "16", "--device", "cpu",
+            "--quiet", "--eval-every", "0", "--cache-dir", data / "cache", "--budget-minutes", "0.01",
+            "--schedule", "one-cycle", "--output", tmp_path / "run", "--json", tmp_path / "summary.json"]
+    done = subprocess.run([sys.executable, str(REPO / "train_mlm.py"), *map(str, args)], capture_output=True,
+                          text=True, cwd=REPO, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["finished"] and summary["budget_seconds_used"] >= 0.6 and summary["history"][-1]["lr"] == 0.0
+    assert "the budget of 0.01 minutes is spent at step" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--budget-minutes", "5", "--steps", "100"],
+     "argument --steps: a --budget-minutes run ends when its budget does; give --steps 100 or --budget-minutes 5, "
+     "not both"),
+    (["--budget-minutes", "5", "--warmup", "10"],
+     "argument --warmup: counts steps; a --budget-minutes run warms up over --warmup-fraction of its budget"),
+    (["--warmup-fraction", "0.1"],
+     "argument --warmup-fraction: a fraction of --budget-minutes; a run of --steps warms up over --warmup steps"),
+    (["--budget-minutes", "5", "--warmup-fraction", "1"],
+     "argument --warmup-fraction: expected a probability in [0, 1), got 1"),
+    (["--budget-minutes", "0"], "argument --budget-minutes: expected a number > 0, got 0"),
+    (["--budget-minutes", "5", "--schedule", "one-cycle", "--warmup-fraction", "0.1"],
+     "argument --warmup-fraction: --schedule one-cycle has its own rise; warm-up is for --schedule linear"),
+    (["--schedule", "triangle", "--warmup", "10"],
+     "argument --warmup: --schedule triangle has its own rise; warm-up is for --schedule linear"),
+])
+def test_schedule_flags_that_do_not_go_together_are_one_line_naming_the_flag(tmp_path, capsys, flags, message):
+    code, captured = run_script_in_process(capsys, "train_mlm.py", "--corpus", tmp_path / "corpus.txt",
+                                           "--output", tmp_path / "out", *flags)
+    assert code == 2 and error_line(code, captured).startswith(f"error: {message}")

@@ -3,7 +3,9 @@ distillation all run, on a tiny BERT with a toy objective (no corpus, no
 tokenizer, no transformers).
 
 What it must get right ([BERT] A.2; Google's optimization.py): the learning
-rate warms up then decays linearly, AdamW decays only the weight matrices
+rate warms up then decays linearly (over steps, or over a time budget, where
+it ends at 0 when the budget does and a resumed run continues the same
+schedule from the progress it recorded), AdamW decays only the weight matrices
 (and so does BERT's own Adam, which differs from AdamW by the bias correction only),
 the gradient is clipped to its maximum norm, micro-batches accumulate to
 exactly one big batch, a checkpoint resumes bit for bit, and the run stops
@@ -25,10 +27,12 @@ import torch.nn.functional as F
 
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
-from minibert.runs.training import (Context, TrainingConfig, evaluation_line, load_checkpoint, progress_postfix,
-                                    rows_for_rank, train)
-from minibert.training import (AdamW, BertAdam, adamw_update, make_optimizer, parameter_groups, training_step,
+from minibert.runs.training import (BudgetClock, Context, TrainingConfig, evaluation_line, load_checkpoint,
+                                    progress_postfix, rows_for_rank, train)
+from minibert.training import (SCHEDULES, AdamW, BertAdam, adamw_update, make_optimizer,
+                               parameter_groups, progress_schedule, rise_then_fall, training_step,
                                warmup_then_linear_decay)
+from helpers import FakeClock
 from tiny_models import BagOfWordsClassifier, random_batch, small_config
 
 CPU = Context(torch.device("cpu"))
@@ -71,7 +75,8 @@ def toy_batches(count, rows=2, length=6, seed=0):
 def run(model, batches, path, **settings):
     """train() with a tiny configuration; `evaluate`, `resume`, `run_config` and
     `optimizer_factory` go to train(), the rest to TrainingConfig."""
-    options = {k: settings.pop(k) for k in ("evaluate", "resume", "run_config", "optimizer_factory") if k in settings}
+    options = {k: settings.pop(k) for k in ("evaluate", "resume", "run_config", "optimizer_factory", "clock")
+               if k in settings}
     config = TrainingConfig(**{"total_steps": 6, "learning_rate": 1e-2, "warmup_steps": 2, **settings})
     return train(model, batches, PredictEachToken(), config, CPU, path, progress=False, **options)
 
@@ -117,6 +122,123 @@ def test_the_loop_logs_the_rate_of_the_next_step_after_each_step(tmp_path):
     # after step s (1-based) the schedule stands at s: warm-up 2, then 0.01 * (6 - s) / 4
     assert [record["lr"] for record in summary["history"]] == pytest.approx(
         [0.01, 0.01, 0.0075, 0.005, 0.0025, 0.0])
+
+
+# ----------------------------------------------------------------------------
+# The same rule over progress, on the step clock and on a time budget
+# ----------------------------------------------------------------------------
+
+
+def test_each_shape_rises_from_its_start_to_the_peak_and_falls_to_zero_at_the_end():
+    # f(p) = min(s + (1 - s) p / w, (1 - p) / (1 - w))
+    assert [rise_then_fall(p, 0.25) for p in (0, 0.125, 0.25, 0.625, 1)] == pytest.approx([0, 0.5, 1, 0.5, 0])
+    assert [rise_then_fall(p, 0.5) for p in (0, 0.25, 0.5, 0.75, 1)] == pytest.approx([0, 0.5, 1, 0.5, 0])
+    assert [rise_then_fall(p, 0.75, 0.25) for p in (0, 0.375, 0.75, 0.875, 1)] == pytest.approx(
+        [0.25, 0.625, 1, 0.5, 0])
+    assert [rise_then_fall(p, 0.0) for p in (0, 0.5, 1)] == pytest.approx([1, 0.5, 0])   # no warm-up
+    assert SCHEDULES["one-cycle"] == (0.0, 0.5) and SCHEDULES["triangle"] == (0.25, 0.75)
+
+
+def test_berts_step_schedule_is_the_rule_on_the_step_clock_its_warm_up_counting_the_step_being_taken():
+    total, warmup = 10, 4
+    rates = rates_of_schedule(1.0, warmup_steps=warmup, total_steps=total, steps=total)
+    w = warmup / total
+    assert rates[warmup:] == pytest.approx([rise_then_fall(step / total, w) for step in range(warmup, total)])
+    assert rates[:warmup] == pytest.approx([rise_then_fall((step + 1) / total, w) for step in range(warmup)])
+
+
+def test_other_shapes_on_the_step_clock_run_over_step_over_total_steps(tmp_path):
+    summary = run(tiny_model(), toy_batches(4), tmp_path / "checkpoint.pt", total_steps=4, schedule="one-cycle",
+                  log_every=1)
+    # after step s the rate is 0.01 * f(s / 4): up to the peak at s = 2, down to 0 at s = 4
+    assert [record["lr"] for record in summary["history"]] == pytest.approx([0.005, 0.01, 0.005, 0.0])
+
+
+def rates_on_budget(clock, budget_seconds, steps, schedule="linear", warmup=0.0, groups=2):
+    """The rate of each of `steps` steps on a BudgetClock, and the progress after each."""
+    optimizer = torch.optim.SGD([{"params": [torch.nn.Parameter(torch.zeros(1))]} for _ in range(groups)], lr=1.0)
+    budget = BudgetClock(budget_seconds, clock=clock)
+    schedule = progress_schedule(optimizer, budget.tick, schedule, warmup)
+    rates, progress = [], []
+    for _ in range(steps):
+        assert len({group["lr"] for group in optimizer.param_groups}) == 1       # one reading for every group
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+        progress.append(budget.progress)
+    return rates, progress, optimizer.param_groups[0]["lr"]
+
+
+def test_on_a_budget_the_rate_is_the_rule_at_the_time_spent_and_reaches_zero_when_the_budget_ends():
+    # 10 s a step (one clock reading each, whatever the parameter groups), a budget of 80 s, warm-up 25%
+    rates, progress, last = rates_on_budget(FakeClock(10), 80, steps=8, warmup=0.25)
+    assert progress == pytest.approx([(s + 1) / 8 for s in range(8)])
+    assert rates == pytest.approx([rise_then_fall(s / 8, 0.25) for s in range(8)])
+    assert rates[:3] == pytest.approx([0, 0.5, 1])
+    assert progress[-1] == 1 and last == 0.0            # the floor, exactly when the budget ends
+    for shape in ("one-cycle", "triangle"):
+        assert rates_on_budget(FakeClock(10), 80, steps=8, schedule=shape)[2] == 0.0
+
+
+def test_the_budget_is_time_so_slower_steps_reach_the_floor_in_fewer_of_them():
+    _, progress, last = rates_on_budget(FakeClock(20), 80, steps=4, schedule="one-cycle")
+    assert progress == pytest.approx([0.25, 0.5, 0.75, 1.0]) and last == 0.0
+
+
+def test_a_schedule_that_is_not_known_or_leaves_no_time_to_decay_is_a_minibert_error():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(MiniBertError, match="schedule 'cosine': expected one of linear, one-cycle, triangle"):
+        progress_schedule(optimizer, lambda step: 0.0, "cosine")
+    with pytest.raises(MiniBertError, match=r"warmup 1: expected a fraction of the run in \[0, 1\)"):
+        progress_schedule(optimizer, lambda step: 0.0, "linear", 1)
+    with pytest.raises(MiniBertError, match="budget_seconds 0: expected a time > 0"):
+        BudgetClock(0)
+
+
+def test_a_run_on_a_budget_stops_when_it_is_spent_with_the_rate_at_zero(tmp_path, capsys):
+    path = tmp_path / "checkpoint.pt"
+    summary = run(tiny_model(), toy_batches(10), path, total_steps=None, budget_minutes=1.0, warmup_fraction=0.2,
+                  log_every=1, clock=FakeClock(10))         # 10 s a step: 6 steps
+    assert summary["end_step"] == 6 and summary["finished"] and summary["budget_seconds_used"] == 60
+    assert [record["lr"] for record in summary["history"]] == pytest.approx(
+        [0.01 * rise_then_fall(s / 6, 0.2) for s in range(1, 7)])
+    assert summary["history"][-1]["lr"] == 0.0
+    assert load_checkpoint(path)["step"] == 6 and load_checkpoint(path)["budget_seconds_used"] == 60
+    assert "the budget of 1 minutes is spent at step 6: the learning rate is at its floor, 0" in capsys.readouterr().out
+    with pytest.raises(MiniBertError, match=r"has spent its whole budget \(1 of 1 minutes\): no time is left"):
+        run(tiny_model(), toy_batches(10), path, total_steps=None, budget_minutes=1.0, resume=True,
+            clock=FakeClock(10))
+
+
+def test_a_resumed_run_continues_the_schedule_from_the_progress_its_checkpoint_recorded(tmp_path):
+    settings = dict(total_steps=None, budget_minutes=1.0, warmup_fraction=0.2, log_every=1, seed=7)
+    batches = toy_batches(10)
+    straight = tiny_model(dropout=0.1)
+    uninterrupted = run(straight, batches, tmp_path / "straight.pt", clock=FakeClock(10), **settings)
+
+    path = tmp_path / "stopped.pt"
+    first = run(tiny_model(dropout=0.1), batches, path, max_minutes=0.0, clock=FakeClock(10), **settings)
+    assert first["end_step"] == 1 and not first["finished"]
+    assert load_checkpoint(path)["budget_seconds_used"] == 10
+    # Resumed an hour later on another clock: the time between the two is not counted, the schedule goes on
+    # from 10 s of 60, so each step has the rate the uninterrupted run gave it at the same progress.
+    resumed = tiny_model(seed=99, dropout=0.1)
+    second = run(resumed, batches, path, resume=True, clock=FakeClock(10, start=3600), **settings)
+    assert second["start_step"] == 1 and second["end_step"] == 6 and second["budget_seconds_used"] == 60
+    assert [r["lr"] for r in first["history"] + second["history"]] == pytest.approx(
+        [r["lr"] for r in uninterrupted["history"]])
+    # On a fake clock the steps take the same time in both runs, so here the weights agree bit for bit too
+    # (on a real clock they cannot: the progress at each step differs between the two).
+    for name, value in straight.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], value), name
+
+
+def test_a_checkpoint_resumes_only_on_the_clock_it_was_made_on(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    run(tiny_model(), toy_batches(10), path, total_steps=2)
+    with pytest.raises(MiniBertError, match="made without a time budget \\(--budget-minutes\\), this run has one"):
+        run(tiny_model(), toy_batches(10), path, total_steps=None, budget_minutes=1.0, resume=True,
+            clock=FakeClock(10))
 
 
 # ----------------------------------------------------------------------------

@@ -172,7 +172,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
              max_grad_norm=1.0, seed=0, pair_objective="none", mask_prob=0.15, whole_word=False,
              eval_every=1000, eval_batches=20, checkpoint_every=1000, max_minutes=None, resume=False,
              device="auto", num_workers=0, cache_dir=None, progress=True, bf16=False, keep_checkpoint=False,
-             optimizer="adamw"):
+             optimizer="adamw", schedule="linear", budget_minutes=None, warmup_fraction=0.0, clock=None):
     """Pretrain a model from scratch and save it in Hugging Face layout in
     `output`. Returns the training summary. `model_config` says which: a
     BertConfig pretrains BERT or ALBERT with MLM (+ NSP/SOP), a DebertaConfig
@@ -189,7 +189,20 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     so the model folder holds only the model. bf16: train
     under bfloat16 autocast (any device; weights stay float32), as
     finetune.py --bf16; without it, float32 throughout. optimizer: "adamw"
-    (torch's) or "bert-adam" (Google's, without bias correction: training.BertAdam)."""
+    (torch's) or "bert-adam" (Google's, without bias correction: training.BertAdam).
+
+    schedule: the learning rate's shape (training.SCHEDULES), over `steps`
+    ("linear": warm-up over `warmup_steps`, BERT's). budget_minutes (with
+    steps=None): the shape runs over wall-clock progress instead, p = time
+    trained / budget ("linear": warm-up over `warmup_fraction` of it), and
+    the run ends when the budget does, its rate at 0. The budget counts the
+    training loop (steps, evaluations, checkpoints), not the preparation
+    (vocabulary, token cache) nor the model saved at the end; a resumed run
+    goes on from the budget its checkpoint recorded (runs/training.py).
+    clock() -> seconds: what the budget is read on (tests give a fake one)."""
+    if (steps is None) == (budget_minutes is None):
+        raise MiniBertError(f"steps {steps!r}, budget_minutes {budget_minutes!r}: give one of the two, the "
+                            f"number of steps or the time budget that ends the run")
     context = setup_context(device)
     output = Path(output)
     if model_config.vocab_size != tokenizer.vocab_size:
@@ -234,32 +247,36 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                             "--mask-prob": mask_prob, "--whole-word-masking": whole_word, "--steps": steps,
                             "--batch-size": batch_size, "--grad-accum": grad_accum_steps, "--lr": learning_rate,
                             "--warmup": warmup_steps, "--weight-decay": weight_decay,
-                            "--optimizer": optimizer, "--max-grad-norm": max_grad_norm, "--seed": seed}}
+                            "--optimizer": optimizer, "--max-grad-norm": max_grad_norm, "--seed": seed,
+                            "--schedule": schedule, "--budget-minutes": budget_minutes,
+                            "--warmup-fraction": warmup_fraction}}
     config = TrainingConfig(total_steps=steps, learning_rate=learning_rate, weight_decay=weight_decay,
-                            warmup_steps=warmup_steps, max_grad_norm=max_grad_norm,
+                            warmup_steps=warmup_steps or 0, max_grad_norm=max_grad_norm,
                             grad_accum_steps=grad_accum_steps, seed=seed, eval_every=eval_every,
                             checkpoint_every=checkpoint_every, max_minutes=max_minutes, bf16=bf16,
-                            optimizer=optimizer)
+                            optimizer=optimizer, schedule=schedule, budget_minutes=budget_minutes,
+                            warmup_fraction=warmup_fraction)
     checkpoint_path = output / CHECKPOINT
     resume = resume and resume_from_checkpoint(output)
     start = load_checkpoint(checkpoint_path)["step"] if resume else 0
     batches = train_batches
     if num_workers > 0:
-        batches = Prefetched(train_batches, start * grad_accum_steps, steps * grad_accum_steps, num_workers)
+        batches = Prefetched(train_batches, start * grad_accum_steps, steps and steps * grad_accum_steps, num_workers)
     evaluate = None
     if heldout_batches is not None:
         evaluate = lambda m: evaluate_mlm(m, heldout_batches, eval_batches, context.device, progress=progress)
     if context.is_main:
-        epochs = steps * grad_accum_steps / len(train_batches)
+        length = (f"{steps:,} steps = {steps * grad_accum_steps / len(train_batches):.2f} epochs" if steps is not None
+                  else f"steps until the budget of {budget_minutes:g} minutes is spent ({schedule} schedule)")
         tqdm.write(f"{model.num_parameters():,} parameters; {len(train_batches.blocks):,} training sequences, "
-                   f"{len(train_batches):,} batches per epoch; {steps:,} steps = {epochs:.2f} epochs")
+                   f"{len(train_batches):,} batches per epoch; {length}")
     summary = train(model, batches, MaskedLMObjective(pair_objective), config, context, checkpoint_path,
-                    run_config=run_config, evaluate=evaluate, resume=resume, progress=progress)
+                    run_config=run_config, evaluate=evaluate, resume=resume, progress=progress, clock=clock)
     if context.is_main:
         save_model_folder(model.to("cpu"), tokenizer, output)
-        if summary["end_step"] >= steps and not keep_checkpoint:   # finished: nothing left to resume
+        if summary["finished"] and not keep_checkpoint:   # nothing left to resume
             checkpoint_path.unlink(missing_ok=True)
-            if own_cache and steps:
+            if own_cache and steps != 0:     # a run of 0 steps only prepares: its cache is what it is for
                 shutil.rmtree(cache_dir, ignore_errors=True)
     summary["parameters"] = model.num_parameters()
     summary["run_config"] = {k: v for k, v in run_config.items() if k != "vocabulary"}  # the file has it

@@ -13,8 +13,18 @@ Randomness: the batches are a deterministic function of (seed, step) (see
 pretraining_data.py) and the dropout generator is re-seeded from (seed, step,
 rank) at the start of each step. A checkpoint therefore needs only the model,
 the optimizer, the schedule and the step number to resume bit for bit.
+
+With a time budget (TrainingConfig.budget_minutes) the lesson's schedule runs
+on a BudgetClock, p = elapsed / budget, and the run ends when p reaches 1,
+its rate at the floor. A checkpoint also records the budget spent
+(`budget_seconds_used`, read when its step ended) and a resumed run goes on
+from it: each step's rate is the same function of recorded progress, and the
+clock does not start again. Resume is exact in that sense, not bit for bit:
+steps take different times in two runs, so the progress at step n, and the
+rate, differ between a stopped-and-resumed run and an uninterrupted one.
 """
 
+import itertools
 import math
 import os
 import time
@@ -30,7 +40,8 @@ from minibert.support.devices import autocast as bf16_autocast, choose_device, m
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import remove_leftovers, save_torch
 from minibert.support.seeds import seed_from
-from minibert.training import make_optimizer, step_counts, training_step, warmup_then_linear_decay
+from minibert.training import (make_optimizer, progress_schedule, step_counts, training_step,
+                               warmup_then_linear_decay)
 
 # ----------------------------------------------------------------------------
 # Device, processes
@@ -74,11 +85,14 @@ def setup_context(device="auto"):
 # ----------------------------------------------------------------------------
 
 
-def save_checkpoint(path, model, optimizer, scheduler, step, run_config):
-    """Everything needed to resume, written atomically (temporary file, then rename)."""
+def save_checkpoint(path, model, optimizer, scheduler, step, run_config, budget=None):
+    """Everything needed to resume, written atomically (temporary file, then
+    rename); with a time budget, the seconds of it spent when `step` ended."""
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
              "optimizer_name": type(optimizer).__name__,       # --resume refuses another optimizer's state
              "scheduler": scheduler.state_dict(), "step": step, "run_config": run_config}
+    if budget is not None:
+        state["budget_seconds_used"] = budget.used
     save_torch(path, state)
 
 
@@ -120,7 +134,7 @@ def load_checkpoint(path):
 
 @dataclass
 class TrainingConfig:
-    total_steps: int
+    total_steps: Optional[int]     # None with budget_minutes: the budget ends the run
     learning_rate: float = 1e-4
     weight_decay: float = 0.01
     warmup_steps: int = 0
@@ -131,6 +145,12 @@ class TrainingConfig:
     eval_every: int = 0            # 0: never
     checkpoint_every: int = 0      # 0: only at the end
     max_minutes: Optional[float] = None  # stop early (with a checkpoint) after this much wall time
+    # The schedule's shape (training.SCHEDULES): "linear" is BERT's warm-up and decay over warmup_steps and
+    # total_steps; the others run over step / total_steps. With budget_minutes, every shape runs over the
+    # wall clock (BudgetClock below; linear warms up over warmup_fraction of it) and the run ends with it.
+    schedule: str = "linear"
+    budget_minutes: Optional[float] = None
+    warmup_fraction: float = 0.0
     bf16: Optional[bool] = None    # bf16 autocast: None = on CUDA only, True = on any device, False = never
     eval_name: str = "held-out"    # what the evaluation lines call the set `evaluate` scores (e.g. "dev.tsv")
     optimizer: str = "adamw"       # or "bert-adam" (BertAdam: Google's, without bias correction)
@@ -223,10 +243,76 @@ class Autocast:
             return self.objective.losses(model, batch)
 
 
+class BudgetClock:
+    """Progress through a time budget, p = elapsed / budget, at most 1, for
+    the lesson's progress_schedule. The clock is read once as each step ends
+    (tick), and that reading sets the rate of the next step: a step's rate is
+    a function of the progress recorded before it. `used` is the budget
+    already spent: 0 for a new run, what the checkpoint recorded for a
+    resumed one, so a resumed run goes on from that progress instead of
+    starting the clock again (the time between the checkpoint and the resume
+    is not counted). `clock` gives seconds: time.monotonic, or a fake clock
+    in tests."""
+
+    def __init__(self, budget_seconds, used=0.0, clock=time.monotonic):
+        if not budget_seconds > 0:
+            raise MiniBertError(f"budget_seconds {budget_seconds!r}: expected a time > 0")
+        self.budget, self.clock = budget_seconds, clock
+        self.resume(used, step=0)
+
+    def resume(self, used, step):
+        """Go on from `used` seconds spent when `step` steps were done, counting from now."""
+        self.used, self.since, self.step = float(used), self.clock(), step
+
+    def tick(self, step):
+        """p once `step` steps are done. The clock is read the first time a
+        step asks (LambdaLR asks once per parameter group): the seconds since
+        the last reading are added to `used`."""
+        if step != self.step:
+            now = self.clock()
+            self.used, self.since, self.step = self.used + (now - self.since), now, step
+        return self.progress
+
+    @property
+    def progress(self):
+        return min(1.0, self.used / self.budget)
+
+
+def make_schedule(optimizer, config, clock=time.monotonic):
+    """(scheduler, budget): BERT's warm-up and linear decay, or another shape
+    over step / total_steps (budget None); with config.budget_minutes, the
+    shape over the wall clock, and the BudgetClock that drives it."""
+    if config.budget_minutes is not None:
+        budget = BudgetClock(config.budget_minutes * 60, clock=clock)
+        return progress_schedule(optimizer, budget.tick, config.schedule, config.warmup_fraction), budget
+    if config.schedule == "linear":
+        return warmup_then_linear_decay(optimizer, config.warmup_steps, config.total_steps), None
+    return progress_schedule(optimizer, lambda step: min(1.0, step / max(1, config.total_steps)),
+                             config.schedule), None
+
+
+def shared_clock(context):
+    """The clock a time budget is read on. Under torchrun every process takes
+    the slowest one's seconds (an all-reduce, at the same point of each step
+    on every process), so all set the same rate and stop at the same step."""
+    if not context.distributed:
+        return time.monotonic
+    started = time.monotonic()
+
+    def clock():
+        seconds = torch.tensor([time.monotonic() - started], dtype=torch.float64)
+        if dist.get_backend() == "nccl":
+            seconds = seconds.to(context.device)
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        return float(seconds)
+    return clock
+
+
 def train(model, batches, objective, config, context, checkpoint_path, run_config=None, evaluate=None,
-          resume=False, progress=True, optimizer_factory=None):
-    """Run `config.total_steps` optimizer steps (training.training_step).
-    Returns a summary dict.
+          resume=False, progress=True, optimizer_factory=None, clock=None):
+    """Run `config.total_steps` optimizer steps (training.training_step), or
+    steps until `config.budget_minutes` of wall time are spent. Returns a
+    summary dict ("finished": the run reached its end, not --max-minutes).
 
     batches[i]: the i-th global micro-batch (a dict of tensors).
     objective.counts(batch) -> {term: items it averages over};
@@ -234,12 +320,15 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
     evaluate(model) -> dict of held-out metrics (run on the main process).
     optimizer_factory(model) -> (optimizer, scheduler): another optimizer than
     BERT's (distillation's Adadelta); default config.optimizer (AdamW or BERT's
-    own) with warm-up and linear decay.
+    own) with config.schedule (make_schedule).
+    clock() -> seconds, what a time budget is read on (default shared_clock;
+    tests give a fake one).
     """
     model.to(context.device)
+    budget = None
     if optimizer_factory is None:
         optimizer = make_optimizer(model, config.learning_rate, config.weight_decay, optimizer=config.optimizer)
-        scheduler = warmup_then_linear_decay(optimizer, config.warmup_steps, config.total_steps)
+        scheduler, budget = make_schedule(optimizer, config, clock or shared_clock(context))
     else:
         optimizer, scheduler = optimizer_factory(model)
     start_step = 0
@@ -249,7 +338,7 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
         if stale:
             tqdm.write(f"removed {len(stale)} unfinished checkpoint file(s) left by a killed run: {', '.join(stale)}")
     if resume:
-        start_step = resume_checkpoint(checkpoint_path, model, optimizer, scheduler, run_config)
+        start_step = resume_checkpoint(checkpoint_path, model, optimizer, scheduler, run_config, budget)
 
     network = model
     if context.distributed:
@@ -265,9 +354,10 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
     totals = {}
     started = time.time()
     tokens_seen, window_start, window_tokens = 0, time.time(), 0
-    progress_bar = tqdm(range(start_step, config.total_steps), initial=start_step, total=config.total_steps,
+    steps = itertools.count(start_step) if budget is not None else range(start_step, config.total_steps)
+    progress_bar = tqdm(steps, initial=start_step, total=config.total_steps,
                         desc="training", disable=not (progress and context.is_main), dynamic_ncols=True)
-    step = start_step
+    end_step, finished = start_step, budget is None and start_step >= config.total_steps
     for step in progress_bar:
         torch.manual_seed(seed_from(config.seed, "dropout", step, context.rank))
         micro_batches = [rows_for_rank(batches[step * config.grad_accum_steps + m], context)
@@ -289,8 +379,10 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
             t[0] += loss_sum
             t[1] += correct
             t[2] += counts.get(term, 0)
-        done = step + 1
-        if done % config.log_every == 0 or done == config.total_steps:
+        done = end_step = step + 1
+        # The step's scheduler.step() read the budget's clock: the next step's rate is f(p), 0 once p = 1.
+        finished = budget.progress >= 1 if budget is not None else done == config.total_steps
+        if done % config.log_every == 0 or finished:
             elapsed = time.time() - window_start
             record = {"step": done, "lr": scheduler.get_last_lr()[0],
                       "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
@@ -305,9 +397,9 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
             out_of_time = bool(all_reduce_sum({"stop": int(out_of_time)}, context)["stop"])
         stopping_here = out_of_time and config.evaluate_when_stopped
         evaluating = evaluate is not None and config.eval_every and (done % config.eval_every == 0 or
-                                                                     done == config.total_steps or stopping_here)
+                                                                     finished or stopping_here)
         saving = context.is_main and ((config.checkpoint_every and done % config.checkpoint_every == 0)
-                                      or done == config.total_steps or out_of_time)
+                                      or finished or out_of_time)
         if evaluating or saving:             # evaluate() may save the model: never one with NaNs
             check_finite_weights(model, done, config.learning_rate)
         if evaluating:
@@ -317,23 +409,40 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
                 tqdm.write(evaluation_line(done, config.eval_name, metrics))
                 summary["heldout"] = metrics
         if saving:
-            save_checkpoint(checkpoint_path, model, optimizer, scheduler, done, run_config or {})
+            save_checkpoint(checkpoint_path, model, optimizer, scheduler, done, run_config or {}, budget)
+        if finished and budget is not None:
+            if context.is_main:
+                tqdm.write(f"the budget of {config.budget_minutes:g} minutes is spent at step {done}: the learning "
+                           f"rate is at its floor, {scheduler.get_last_lr()[0]:g}")
+            break
         if out_of_time:
             tqdm.write(f"stopping after {config.max_minutes} minutes at step {done}; resume with --resume")
             break
     progress_bar.close()
-    summary.update(end_step=step + 1 if config.total_steps > start_step else start_step,
-                   seconds=time.time() - started, tokens_seen=tokens_seen, history=history)
+    summary.update(end_step=end_step, finished=finished, seconds=time.time() - started, tokens_seen=tokens_seen,
+                   history=history)
+    if budget is not None:
+        summary["budget_seconds_used"] = budget.used
     return summary
 
 
-def resume_checkpoint(checkpoint_path, model, optimizer, scheduler, run_config):
+def resume_checkpoint(checkpoint_path, model, optimizer, scheduler, run_config, budget=None):
     """Load the checkpoint of the run being resumed into the model, the
-    optimizer and the schedule (after check_same_run); returns its step."""
+    optimizer and the schedule (after check_same_run), and set `budget`, if
+    any, to the time it recorded; returns its step."""
     if not checkpoint_path.is_file():
         raise MiniBertError(f"--resume: no checkpoint at {checkpoint_path}")
     state = load_checkpoint(checkpoint_path)
     check_same_run(checkpoint_path, state.get("run_config", {}), run_config)
+    if (budget is None) != ("budget_seconds_used" not in state):
+        raise MiniBertError(f"--resume: {checkpoint_path} was made {'without' if budget else 'with'} a time "
+                            f"budget (--budget-minutes), this run has {'one' if budget else 'none'}")
+    if budget is not None:
+        used = float(state["budget_seconds_used"])
+        if used >= budget.budget:
+            raise MiniBertError(f"--resume: {checkpoint_path} has spent its whole budget ({used / 60:.4g} of "
+                                f"{budget.budget / 60:g} minutes): no time is left to train")
+        budget.resume(used, state["step"])
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
@@ -354,10 +463,11 @@ def resume_checkpoint(checkpoint_path, model, optimizer, scheduler, run_config):
 class Prefetched:
     """batches[i], computed ahead by DataLoader worker processes. The loop asks
     for batches in order, so workers can prepare the next ones while the
-    model trains on this one."""
+    model trains on this one. stop None: no end (a time budget ends the run)."""
 
     def __init__(self, batches, start, stop, num_workers):
-        loader = torch.utils.data.DataLoader(batches, sampler=range(start, stop), batch_size=None,
+        indices = range(start, stop) if stop is not None else itertools.count(start)
+        loader = torch.utils.data.DataLoader(batches, sampler=indices, batch_size=None,
                                              num_workers=num_workers, prefetch_factor=4, persistent_workers=False)
         self.iterator, self.next_index = iter(loader), start
 
