@@ -60,6 +60,7 @@ shapes the run (the corpus, by path, size and SHA-256, --lr, --warmup,
 """
 
 import os
+import sys
 import time
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_checkpointing, add_device, add_reports,
@@ -231,6 +232,9 @@ def check_schedule_flags(p, args):
     else:
         args.warmup = (DEFAULT_WARMUP if args.warmup is None else args.warmup) if linear else 0
         args.warmup_fraction = 0.0
+        if 0 < args.steps <= args.warmup:
+            print(f"warning: --warmup {args.warmup} is not below --steps {args.steps}: the learning rate never "
+                  f"leaves its warm-up (it peaks at step {args.warmup}, after the run)", file=sys.stderr)
 
 
 def choose_tokenizer(args, corpus, resume):

@@ -198,3 +198,12 @@ def test_schedule_flags_that_do_not_go_together_are_one_line_naming_the_flag(tmp
     code, captured = run_script_in_process(capsys, "train_mlm.py", "--corpus", tmp_path / "corpus.txt",
                                            "--output", tmp_path / "out", *flags)
     assert code == 2 and error_line(code, captured).startswith(f"error: {message}")
+
+
+def test_a_warmup_as_long_as_the_run_is_a_one_line_warning(tmp_path, capsys):
+    # the corpus does not exist: the flags are read, the warning said, then the run stops on its first input
+    code, captured = run_script_in_process(capsys, "train_mlm.py", "--corpus", tmp_path / "corpus.txt",
+                                           "--output", tmp_path / "out", "--steps", "10", "--warmup", "1000")
+    warnings = [line for line in captured.err.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: --warmup 1000 is not below --steps 10: the learning rate never leaves its warm-up "
+                        "(it peaks at step 1000, after the run)"]
