@@ -109,7 +109,8 @@ def main(argv=None):
     if args.plot:
         from minibert.support.plots import model_label
         make_parent_folder(args.plot)
-        probe_run.save_plot({model_label(args.model): result}, args.plot)
+        fitted = " (fitted head)" if args.fit_head else ""
+        probe_run.save_plot({model_label(args.model) + fitted: result}, args.plot)
         print(f"wrote {args.plot}")
     return 0
 

