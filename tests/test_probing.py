@@ -134,7 +134,7 @@ def test_fitting_the_head_shows_progress_from_its_first_pass_over_the_text(tmp_p
     model, tokenizer = load_pretrained(tmp_path), load_tokenizer(tmp_path)
     probing.fit_mlm_head(model, tokenizer, SENTENCES, steps=2, batch_size=8)
     shown = capsys.readouterr().err
-    # the frozen encoder's pass over the text comes first, with its own bar, then the head's steps
+    # the frozen encoder's run over the text comes first, with its own progress display, then the head's steps
     assert "encoding the fitting text" in shown and "fitting MLM head" in shown
     assert shown.index("encoding the fitting text") < shown.index("fitting MLM head")
 
