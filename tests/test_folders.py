@@ -357,3 +357,18 @@ def test_a_folder_put_right_after_a_kill_keeps_the_run_files_of_the_old_one_but_
     recover_folder(folder)
     assert {p.name: p.read_text() for p in folder.iterdir()} == {
         "model.safetensors": "new model", "checkpoint.pt": "checkpoint", "notes.txt": "a user's"}
+
+
+def test_a_lock_that_cannot_be_written_on_a_full_disk_is_one_line_and_leaves_no_lock_file(tmp_path, monkeypatch):
+    import errno
+    from minibert.support import folders
+
+    def full_disk(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(folders.os, "write", full_disk)
+    with pytest.raises(MiniBertError) as caught:
+        folders.lock_output(tmp_path / "out")
+    monkeypatch.undo()
+    assert str(caught.value) == (f"--output {tmp_path / 'out'}: cannot write its lock file {tmp_path / '.out.lock'} "
+                                 f"(No space left on device); free some space there, or choose another folder")
+    assert folders.HELD_LOCKS == [] and sorted(p.name for p in tmp_path.iterdir()) == []

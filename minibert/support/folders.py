@@ -231,8 +231,15 @@ def lock_output(folder, flag="--output"):
         if path.exists() and os.stat(path).st_ino == os.fstat(fd).st_ino:
             break
         os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as e:                 # a full disk: the lock file was made, its PID cannot be written
+        with contextlib.suppress(OSError):
+            os.unlink(path)              # no empty lock file left behind (we hold the lock: no one else uses it)
+        os.close(fd)
+        hint = "free some space there, or choose another folder" if e.errno in DISK_FULL else "choose another folder"
+        raise MiniBertError(f"{flag} {folder}: cannot write its lock file {path} ({e.strerror}); {hint}") from None
     HELD_LOCKS.append((path, fd))
 
 
