@@ -232,6 +232,20 @@ def deberta_config_from_flags(args, vocab_size, pad_token_id):
                          position_buckets=args.position_buckets, share_att_key=True, norm_rel_ebd="layer_norm")
 
 
+def resume_flags(args):
+    """The flags that make the model and its vocabulary, under their names:
+    --resume refuses a run where one differs, naming it (the model config
+    they make is compared too, but only a flag's name says what to change)."""
+    from minibert.support.outputs import file_identity
+    flags = {flag: getattr(args, flag[2:].replace("-", "_"))
+             for flag in ("--arch", "--model-type", "--layers", "--hidden", "--heads", "--intermediate", "--dropout",
+                          "--embedding-size", "--groups", "--position-buckets", "--cased")}
+    flags["--config"] = file_identity(args.config)
+    if args.vocab is None:               # a vocabulary trained on the corpus, of this size (resumed from the checkpoint)
+        flags["--vocab-size"] = args.vocab_size
+    return flags
+
+
 @script_main
 def main(argv=None):
     args = parse_args(argv)
@@ -284,7 +298,8 @@ def main(argv=None):
                        eval_batches=args.eval_batches, checkpoint_every=args.checkpoint_every,
                        max_minutes=args.max_minutes, resume=resume, device=args.device,
                        num_workers=args.num_workers, cache_dir=args.cache_dir, progress=not args.quiet,
-                       bf16=args.bf16, keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer)
+                       bf16=args.bf16, keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer,
+                       resume_flags=resume_flags(args))
     if args.json:
         make_parent_folder(args.json)
         write_json(args.json, summary)

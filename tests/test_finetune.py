@@ -231,7 +231,9 @@ def test_resume_with_a_changed_setting_names_the_flag_and_both_values(setup, tmp
                (["--optimizer", "bert-adam"], "--optimizer 'adamw', this run has --optimizer 'bert-adam'"),
                (["--max-train-examples", "300"], "--max-train-examples None, this run has --max-train-examples 300"),
                (["--sift"], "--sift None, this run has --sift {"),
-               (["--bf16"], "--bf16 False, this run has --bf16 True")]
+               (["--bf16"], "--bf16 False, this run has --bf16 True"),
+               (["--batch-size", "8"], "--batch-size 16, this run has --batch-size 8"),
+               (["--epochs", "2"], "--epochs 1, this run has --epochs 2")]
     for extra, message in changed:
         code, captured = run_script_in_process(capsys, "finetune.py", *args, *extra, "--resume")
         assert code == 1 and message in captured.err, (extra, captured.err)

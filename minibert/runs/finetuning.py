@@ -126,6 +126,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         run_config["sift"] = record["sift"]
     run_config["flags"] = {   # --resume refuses a run where one differs (runs.training.check_same_run)
         "--task": task.name, "--model": str(model_name), "--lr": learning_rate, "--warmup": warmup,
+        "--batch-size": batch_size, "--epochs": epochs, "--max-steps": max_steps,
         "--weight-decay": weight_decay, "--max-seq-len": max_seq_len, "--optimizer": optimizer,
         "the tokenizer's casing (do_lower_case)": getattr(tokenizer, "do_lower_case", None),
         "--sift": record.get("sift"),

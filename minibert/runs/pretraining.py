@@ -172,7 +172,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
              max_grad_norm=1.0, seed=0, pair_objective="none", mask_prob=0.15, whole_word=False,
              eval_every=1000, eval_batches=20, checkpoint_every=1000, max_minutes=None, resume=False,
              device="auto", num_workers=0, cache_dir=None, progress=True, bf16=False, keep_checkpoint=False,
-             optimizer="adamw"):
+             optimizer="adamw", resume_flags=None):
     """Pretrain a model from scratch and save it in Hugging Face layout in
     `output`. Returns the training summary. `model_config` says which: a
     BertConfig pretrains BERT or ALBERT with MLM (+ NSP/SOP), a DebertaConfig
@@ -189,7 +189,9 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     so the model folder holds only the model. bf16: train
     under bfloat16 autocast (any device; weights stay float32), as
     finetune.py --bf16; without it, float32 throughout. optimizer: "adamw"
-    (torch's) or "bert-adam" (Google's, without bias correction: training.BertAdam)."""
+    (torch's) or "bert-adam" (Google's, without bias correction: training.BertAdam).
+    resume_flags: more {flag: value} that shape the run (train_mlm.py: the
+    flags that make the model config), which --resume must find unchanged."""
     context = setup_context(device)
     output = Path(output)
     if model_config.vocab_size != tokenizer.vocab_size:
@@ -234,7 +236,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                             "--mask-prob": mask_prob, "--whole-word-masking": whole_word, "--steps": steps,
                             "--batch-size": batch_size, "--grad-accum": grad_accum_steps, "--lr": learning_rate,
                             "--warmup": warmup_steps, "--weight-decay": weight_decay,
-                            "--optimizer": optimizer, "--max-grad-norm": max_grad_norm, "--seed": seed}}
+                            "--optimizer": optimizer, "--max-grad-norm": max_grad_norm, "--seed": seed,
+                            "--bf16": bf16, **(resume_flags or {})}}
     config = TrainingConfig(total_steps=steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=warmup_steps, max_grad_norm=max_grad_norm,
                             grad_accum_steps=grad_accum_steps, seed=seed, eval_every=eval_every,
