@@ -742,3 +742,18 @@ def test_one_config_reader_for_googles_and_hugging_faces_files(tmp_path):
     assert read_config(tmp_path / "config.json").hidden_act == "gelu"      # Hugging Face: "gelu" is the erf form
     (tmp_path / "bert_config.json").write_text(json.dumps(values))
     assert read_config(tmp_path / "bert_config.json").model_type == "bert"
+
+
+def test_weights_that_hold_nan_are_one_line_for_every_reader(tmp_path, capsys):
+    from helpers import run_script_in_process
+    from tiny_models import save_tiny_model
+    model = save_tiny_model(tmp_path / "model")
+    with torch.no_grad():
+        model.encoder.layers[1].attention.query.weight[0, 0] = float("nan")
+    save_pretrained(model, tmp_path / "model")
+    with pytest.raises(MiniBertError, match=r"model: the weights hold NaN or infinite values "
+                                            r"\(encoder\.layers\.1\.attention\.query\.weight\)"):
+        load_pretrained(tmp_path / "model")
+    code, captured = run_script_in_process(capsys, "probe.py", "--model", tmp_path / "model")
+    assert code == 1 and captured.err.count("\n") == 1 and "hold NaN or infinite values" in captured.err
+    assert "%" not in captured.out                        # no table of 0.0% accuracies
