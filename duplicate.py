@@ -99,7 +99,7 @@ def main(argv=None):
         from minibert.support.plots import require_matplotlib
         require_matplotlib()                        # before any slow work, not after it
     from minibert.support.folders import lock_output
-    lock_output(args.output)                        # one run per folder: a second one stops here
+    lock_output(args.output)                        # one run per folder (a second one stops here), recovered
     check_output_folder(args.output, args.force, source=args.model)       # before any slow loading
     check_apart_from_inputs("--output", args.output, inputs)             # nor what it reads (--text), even forced
     check_not_in_model_folder("--output", args.output)     # a model is never written inside another one

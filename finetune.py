@@ -182,7 +182,7 @@ def fine_tune(args):
 
     from minibert.runs import finetuning as finetuning_run
     from minibert.support.errors import MiniBertError
-    from minibert.support.folders import lock_output, recover_folder
+    from minibert.support.folders import lock_output
     from minibert.support.outputs import (check_distinct_outputs, check_output_file, check_training_output,
                                           resume_from_checkpoint)
     from minibert.support.fileio import write_json
@@ -192,8 +192,7 @@ def fine_tune(args):
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
     inputs = {"--model": args.model, "--train": args.train, "--eval": args.eval}
-    lock_output(output)                          # one run per folder: a second one stops here
-    recover_folder(output)                       # what a killed run left half-written
+    lock_output(output)                          # one run per folder (a second one stops here), recovered
     check_training_output(output, "task.json", inputs, resume=args.resume)
     if args.json:
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")

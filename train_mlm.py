@@ -178,6 +178,11 @@ def choose_tokenizer(args, corpus, resume):
         return resume_tokenizer(args.output, lower, vocab_file=args.vocab)
     if args.vocab:
         return wordpiece_tokenizer(args.vocab, do_lower_case=lower)
+    from minibert.support.token_cache import is_token_cache
+    prepared = next((path for path in corpus if is_token_cache(path)), None)
+    if prepared is not None:         # token ids, no text to train a vocabulary on
+        raise MiniBertError(f"--corpus {prepared}: a prepared token cache holds token ids, not text; give --vocab, "
+                            f"the vocab.txt it was made with")
     # tokenizers' own progress display leaves blank lines behind: one line of ours instead
     started = time.time()
     files = f"{len(corpus):,} file" + ("s" if len(corpus) != 1 else "")
@@ -273,7 +278,7 @@ def main(argv=None):
     if not corpus:
         raise MiniBertError("--heldout holds out every corpus file: nothing left to train on")
     from minibert.support.folders import lock_output
-    lock_output(args.output)                       # one run per folder: a second one stops here
+    lock_output(args.output)                       # one run per folder (a second one stops here), recovered
     check_output_folder(args.output, args.force, resume=args.resume,       # a token cache and a killed writer's
                         ignore=lambda name: name == "cache" or LEFTOVER.fullmatch(name))   # files do not count
     config = read_model_config(args.config) if args.config else None     # BERT's three config files, or DeBERTa's

@@ -92,3 +92,23 @@ def test_a_run_killed_while_saving_its_model_keeps_the_old_one_and_resumes_to_th
     assert any(not torch.equal(old[name], new[name]) for name in old)
     for name in expected:
         assert torch.equal(new[name], expected[name]), name
+
+
+def test_a_run_killed_while_carrying_its_checkpoint_over_is_recovered_before_the_output_check(
+        data_and_straight_run, tmp_path):
+    import shutil
+    data, expected = data_and_straight_run
+    first = train_mlm(data, tmp_path / "run", 4, "--max-minutes", "0.0001")   # stops after one step
+    assert first.returncode == 0, first.stderr
+    # What a kill inside carry_over leaves: the new model at --output, the checkpoint still in the old
+    # folder renamed away, whose process is gone.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    old = tmp_path / f".run.{int(dead.stdout)}.0a0b.old"
+    shutil.copytree(tmp_path / "run", old)
+    (tmp_path / "run" / "checkpoint.pt").unlink()
+    resumed = train_mlm(data, tmp_path / "run", 4, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "starting from step 0" not in resumed.stdout                      # it found the checkpoint
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    new = weights(tmp_path / "run")
+    assert all(torch.equal(new[name], expected[name]) for name in expected)

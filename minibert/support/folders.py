@@ -71,6 +71,8 @@ def write_folder(folder, write_into, leave_behind=()):
         # alive, so it puts the old folder back itself instead of leaving it to the next run.
         if not folder.exists() and old.exists():
             os.replace(old, folder)
+        elif old.exists() and not staging.exists():     # interrupted just after the new folder arrived
+            carry_over(old, folder, leave_behind)
         shutil.rmtree(staging, ignore_errors=True)
         raise
     fsync_folder(folder.parent)
@@ -201,16 +203,24 @@ HELD_LOCKS = []     # (path, fd) of the locks this process holds; cli.run releas
 def lock_output(folder, flag="--output"):
     """Hold an exclusive lock on `folder` for the rest of the run, so that a
     second run started on the same folder stops at once with one line,
-    instead of both writing it. The lock is a sibling file `.FOLDER.lock`
-    (the folder itself is replaced by write_folder, so it cannot carry it)
-    holding the PID, locked with flock: the operating system releases it if
-    the run dies, however it dies. Where flock does not exist (Windows) runs
-    are not locked. Only torchrun's first process locks (RANK 0)."""
+    instead of both writing it; then, holding it, put right what a killed run
+    left there (recover_folder), before any check reads the folder. The lock
+    is a sibling file `.FOLDER.lock` (the folder itself is replaced by
+    write_folder, so it cannot carry it) holding the PID, locked with flock:
+    the operating system releases it if the run dies, however it dies. Where
+    flock does not exist (Windows) runs are not locked. Only torchrun's first
+    process locks and recovers (RANK 0)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    take_lock(folder, flag)
+    recover_folder(folder)
+
+
+def take_lock(folder, flag):
+    """lock_output's lock: the file, the flock, the PID written."""
     try:
         import fcntl
     except ImportError:
-        return
-    if os.environ.get("RANK", "0") != "0":
         return
     folder = Path(folder).resolve()      # one lock for one folder, however it is named (a link to it, ..)
     folder.parent.mkdir(parents=True, exist_ok=True)
