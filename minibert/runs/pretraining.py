@@ -261,9 +261,11 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     if context.is_main:
         save_model_folder(model.to("cpu"), tokenizer, output)
         if summary["end_step"] >= steps and not keep_checkpoint:   # finished: nothing left to resume
-            checkpoint_path.unlink(missing_ok=True)
+            # The cache first: a kill between the two leaves the checkpoint, which --resume finishes
+            # (rebuilding the cache), never a finished folder with the cache left in it.
             if own_cache and steps:
                 shutil.rmtree(cache_dir, ignore_errors=True)
+            checkpoint_path.unlink(missing_ok=True)
     summary["parameters"] = model.num_parameters()
     summary["run_config"] = {k: v for k, v in run_config.items() if k != "vocabulary"}  # the file has it
     return summary

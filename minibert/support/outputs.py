@@ -244,12 +244,20 @@ def check_distinct_outputs(outputs):
 def file_identity(path):
     """A data file as a resumed run compares it: its path, size and SHA-256
     (a file edited in place keeps its path). None for no file. A pipe is
-    named as the user gave it and hashed through its copy (inputs.read_once)."""
+    named as the user gave it and hashed through its copy (inputs.read_once).
+    A folder (train_mlm.py's prepared token cache) is its files: their
+    names, sizes and hashes."""
     from minibert.support.inputs import as_given, copy_for
     if path is None:
         return None
-    real = copy_for(path)
-    return f"{as_given(str(path))} ({Path(real).stat().st_size} bytes, sha256 {file_sha256(real)[:16]})"
+    real = Path(copy_for(path))
+    if real.is_dir():
+        from minibert.support.fingerprints import fingerprint
+        files = sorted(p for p in real.rglob("*") if p.is_file())
+        size = sum(p.stat().st_size for p in files)
+        digest = fingerprint([[str(p.relative_to(real)), file_sha256(p)] for p in files])
+        return f"{as_given(str(path))} (a folder of {len(files)} files, {size} bytes, sha256 {digest[:16]})"
+    return f"{as_given(str(path))} ({real.stat().st_size} bytes, sha256 {file_sha256(real)[:16]})"
 
 
 def resume_from_checkpoint(output):
