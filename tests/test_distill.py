@@ -370,3 +370,12 @@ def test_a_run_killed_after_an_epoch_and_resumed_numbers_its_best_epoch_over_the
     resumed = json.loads((tmp_path / "resumed" / "student.json").read_text())
     assert straight["best_epoch"] == 3 and resumed["best_epoch"] == 3, (straight["metrics"], resumed["metrics"])
     assert resumed["metrics"] == straight["metrics"]
+
+
+def test_prose_given_as_pos_file_stops_the_run_with_one_line(setup, tmp_path, capsys):
+    prose = tmp_path / "story.txt"
+    prose.write_text("It was the best of times,\nit was the worst of times.\n")
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--pos-file", prose,
+                                                                           "--cache-dir", tmp_path / "cache"))
+    assert code == 1 and captured.err.count("\n") == 1, captured.err
+    assert f"{prose}: line 1: 'was' in the tag column" in captured.err and "prose?" in captured.err
