@@ -66,6 +66,8 @@ def enclosing_model_folder(path):
     return None
 
 
+# The minibert package's folder (this file is minibert/support/outputs.py).
+PACKAGE = Path(__file__).resolve().parent.parent
 # Inputs a run also writes (a cache it fills): they may lie inside its output folder.
 WRITTEN_INPUTS = ("--cache-dir",)
 
@@ -74,8 +76,7 @@ def check_outside_package(flag, output):
     """`output` is not the minibert package's folder, nor inside it (its
     bundled model, minibert/pretrained, is what every script falls back on),
     nor a folder holding it: --force does not allow any of these."""
-    import minibert
-    package = Path(minibert.__file__).resolve().parent
+    package = PACKAGE
     target = Path(output).resolve()
     where = ("is" if target == package else "lies inside" if package in target.parents
              else "holds" if target in package.parents else None)
