@@ -171,10 +171,11 @@ def check_answers(task, path, examples, training=False):
     the first questions); refuse a training file where most are not."""
     if task.name == "squad":
         import sys
+        from minibert.support.inputs import as_given
         from minibert.support.task_files import check_answer_alignment
         warning = check_answer_alignment(path, examples, refuse_most=training)
-        if warning:
-            print(f"warning: {warning}", file=sys.stderr)
+        if warning:                      # a piped file named as the user gave it, not by its copy
+            print(f"warning: {as_given(warning)}", file=sys.stderr)
 
 
 def fine_tune(args):

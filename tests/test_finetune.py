@@ -4,6 +4,7 @@ processes, and one-line errors. (The library, minibert/finetuning.py:
 test_finetuning.py.)"""
 
 import json
+import os
 import re
 
 import numpy as np
@@ -356,6 +357,27 @@ def test_a_squad_training_file_with_most_answers_misaligned_is_refused(setup, tm
     lines = captured.err.strip().splitlines()
     assert code == 1 and len(lines) == 1, captured.err
     assert f"{path}: 3 of 3 answers are not at their answer_start in the context (questions q0, q1, q2" in lines[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_the_squad_alignment_warning_names_a_piped_file_as_given(setup, tmp_path, capsys):
+    import threading
+    root, _, _ = setup
+    context = "Super Bowl 50 was played in Santa Clara."
+    answers = [3, context.index("Santa"), context.index("Santa")]               # q0 misaligned, q1 and q2 right
+    data = {"version": "1.1", "data": [{"title": "T", "paragraphs": [{"context": context, "qas": [
+        {"id": f"q{i}", "question": "Where?", "answers": [{"answer_start": start, "text": "Santa Clara"}]}
+        for i, start in enumerate(answers)]}]}]}
+    pipe = tmp_path / "train.json"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_text(json.dumps(data)), daemon=True)
+    writer.start()
+    code, captured = run_script_in_process(capsys, "finetune.py", "--task", "squad", "--model", root / "base",
+                                           "--train", pipe, "--max-steps", "1", "--max-seq-len", "64",
+                                           "--doc-stride", "16", "--output", tmp_path / "out", "--quiet")
+    writer.join(timeout=10)
+    warnings = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
+    assert code == 0 and warnings and warnings[0].startswith(f"warning: {pipe}: 1 of 3 answers"), captured.err
 
 
 # ----------------------------------------------------------------------------
