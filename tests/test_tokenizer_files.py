@@ -91,3 +91,21 @@ def test_a_vocabulary_that_does_not_fit_the_model_is_one_line_in_every_reader(tm
         code, captured = run_script_in_process(capsys, script, *args)
         assert code == 1 and captured.err.count("\n") == 1 and message in captured.err, (script, captured.err)
     assert load_tokenizer(model / "vocab.txt").vocab_size == len(tokens)      # the file alone is only a vocabulary
+
+
+def test_a_vocab_txt_and_a_tokenizer_json_that_disagree_are_one_line(tmp_path):
+    from tiny_models import save_tiny_model
+    from minibert.tokenization import load_tokenizer
+    from minibert.support.tokenizer_files import write_tokenizer_files
+    save_tiny_model(tmp_path / "model")
+    write_tokenizer_files(load_tokenizer(tmp_path / "model"), tmp_path / "model")   # tokenizer.json too
+    assert (tmp_path / "model" / "tokenizer.json").is_file()         # both written, one vocabulary
+    assert load_tokenizer(tmp_path / "model").vocab_size == len((tmp_path / "model" / "vocab.txt").read_text().split())
+    tokens = (tmp_path / "model" / "vocab.txt").read_text().splitlines()
+    tokens[5], tokens[6] = tokens[6], tokens[5]                         # the same size, two ids swapped
+    (tmp_path / "model" / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    with pytest.raises(MiniBertError) as caught:
+        load_tokenizer(tmp_path / "model")
+    assert str(caught.value) == (f"{tmp_path / 'model'}: vocab.txt and tokenizer.json hold different vocabularies "
+                                 f"({len(tokens)} and {len(tokens)} tokens; {tokens[5]!r} has id 5 in vocab.txt, 6 in "
+                                 f"tokenizer.json): keep the model's own files")

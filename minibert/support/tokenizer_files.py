@@ -184,6 +184,25 @@ def vocab_from_tokenizer_json(path):
     return check_ids(path, model["vocab"], "model.vocab")
 
 
+def check_same_vocabulary(found):
+    """vocab.txt and a WordPiece tokenizer.json beside it hold one vocabulary:
+    minibert reads vocab.txt and transformers tokenizer.json, so two that
+    disagree would give the same folder two tokenizers. (A tokenizer.json of
+    another kind is left to its readers.)"""
+    vocab_file, vocab, tokenizer_json = found.file, found.vocab, found.file.parent / "tokenizer.json"
+    if found.kind != "wordpiece" or vocab_file.name != "vocab.txt" or not tokenizer_json.is_file():
+        return
+    model = read_json_object(tokenizer_json).get("model")
+    if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        return
+    other = model["vocab"]
+    if other != vocab:
+        token = next((t for t in vocab if other.get(t) != vocab[t]), None) or next(t for t in other if t not in vocab)
+        raise MiniBertError(f"{vocab_file.parent}: vocab.txt and tokenizer.json hold different vocabularies "
+                            f"({len(vocab):,} and {len(other):,} tokens; {token!r} has id {vocab.get(token)} in "
+                            f"vocab.txt, {other.get(token)} in tokenizer.json): keep the model's own files")
+
+
 def check_ids(path, vocab, where):
     """`vocab` (token -> id) with ids that can index the embedding matrix:
     the integers 0..V-1, each once. `where` names the field in the file."""
