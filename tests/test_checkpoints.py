@@ -757,3 +757,23 @@ def test_weights_that_hold_nan_are_one_line_for_every_reader(tmp_path, capsys):
     code, captured = run_script_in_process(capsys, "probe.py", "--model", tmp_path / "model")
     assert code == 1 and captured.err.count("\n") == 1 and "hold NaN or infinite values" in captured.err
     assert "%" not in captured.out                        # no table of 0.0% accuracies
+
+
+def test_a_model_and_its_tokenizer_are_read_as_one_snapshot_while_a_run_replaces_their_folder(tmp_path, monkeypatch):
+    from minibert.checkpoints import load_with_tokenizer, pretrained
+    from minibert.support.folders import write_folder
+    from tiny_models import save_tiny_model
+    save_tiny_model(tmp_path / "m")
+    newer = save_tiny_model(tmp_path / "b", sentences=["a dog ran in the park .", "birds sing at dawn ."], seed=1)
+    real_load_tokenizer, replaced = pretrained.load_tokenizer, []
+
+    def a_run_replaces_the_folder_first(folder):        # between the weights and the vocabulary
+        if not replaced:
+            write_folder(tmp_path / "m", lambda staging: [shutil.copy(p, staging) for p in (tmp_path / "b").iterdir()])
+            replaced.append(True)
+        return real_load_tokenizer(folder)
+    monkeypatch.setattr(pretrained, "load_tokenizer", a_run_replaces_the_folder_first)
+    model, tokenizer = load_with_tokenizer(tmp_path / "m")
+    assert replaced and all(torch.equal(model.state_dict()[k], v) for k, v in newer.state_dict().items())
+    assert tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))) == \
+        (tmp_path / "b" / "vocab.txt").read_text().splitlines()              # the new folder's, both

@@ -372,3 +372,18 @@ def test_a_lock_that_cannot_be_written_on_a_full_disk_is_one_line_and_leaves_no_
     assert str(caught.value) == (f"--output {tmp_path / 'out'}: cannot write its lock file {tmp_path / '.out.lock'} "
                                  f"(No space left on device); free some space there, or choose another folder")
     assert folders.HELD_LOCKS == [] and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_folder_replaced_at_every_read_is_one_line_after_three_reads(tmp_path):
+    from minibert.support.folders import read_as_one
+    reads = []
+
+    def read_while_a_run_replaces_it():
+        reads.append(1)
+        write_folder(tmp_path / "m", write_files(task_json=str(len(reads))))
+        return len(reads)
+    write_folder(tmp_path / "m", write_files(task_json="0"))
+    with pytest.raises(MiniBertError, match=r"m: replaced by another run each time it was read \(3 times\); try "
+                                            r"again when that run has ended$"):
+        read_as_one(tmp_path / "m", read_while_a_run_replaces_it)
+    assert len(reads) == 3 and read_as_one(tmp_path / "m", lambda: "steady") == "steady"

@@ -85,6 +85,16 @@ def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, fo
     return model.to(dtype).eval()
 
 
+def load_with_tokenizer(name_or_path=None):
+    """(model, tokenizer) of one folder, read as one snapshot
+    (support/folders.read_as_one): never the weights of one model with the
+    vocabulary of the next, should a run replace the folder in between."""
+    from minibert.support.folders import read_as_one
+    from minibert.support.hub import resolve_model_dir
+    folder = Path(resolve_model_dir(name_or_path))
+    return read_as_one(folder, lambda: (load_pretrained(folder), load_tokenizer(folder)))
+
+
 def check_finite(model, folder):
     """Weights that hold NaN or infinity (saved by a run that diverged, or
     damaged) make every output NaN: a probe would print 0% accuracies and

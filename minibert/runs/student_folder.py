@@ -21,7 +21,7 @@ from minibert.support.distillation.student_config import StudentConfig
 from minibert.support.distillation.student_inputs import PieceTokenizer, WordTokenizer
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import read_json_object
-from minibert.support.folders import read_record, restore_interrupted, write_folder, write_record
+from minibert.support.folders import read_as_one, read_record, restore_interrupted, write_folder, write_record
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.tokenization import load_tokenizer
 
@@ -88,7 +88,13 @@ def previous_best(folder, main_metric):
 
 
 def load_student(folder):
-    """(model in eval mode, tokenizer, task) from a student folder."""
+    """(model in eval mode, tokenizer, task) from a student folder, read as
+    one snapshot of it (support/folders.read_as_one)."""
+    return read_as_one(folder, lambda: read_student(folder))
+
+
+def read_student(folder):
+    """load_student's reads, in order."""
     record = read_student_record(folder, CLASSIFICATION)
     config = StudentConfig.from_dict(record["student"], f"{Path(folder) / STUDENT_FILE}: student")
     tokenizer = (WordTokenizer.load(folder, record["max_seq_len"]) if record["tokenization"] == "words"

@@ -159,6 +159,32 @@ def restore_interrupted(folder, wait_seconds=5.0):
                         f"{entry}); try again when that run ends, or if it is stopped: mv {entry} {folder}")
 
 
+def folder_identity(folder):
+    """What tells one folder from the next one write_folder puts under the
+    same name: its inode (a new folder is made before the old one is
+    deleted, so the two never share one). None for no folder."""
+    try:
+        status = os.stat(folder)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def read_as_one(folder, read, attempts=3):
+    """read(), which reads several files of `folder` (weights, then the
+    tokenizer), as one snapshot: a run that replaced the folder in between
+    (write_folder) would pair the old weights with the new vocabulary. The
+    folder must be the same one before and after; if it was replaced, all is
+    read again."""
+    for _ in range(attempts):
+        before = folder_identity(folder)
+        value = read()
+        if folder_identity(folder) == before:
+            return value
+    raise MiniBertError(f"{folder}: replaced by another run each time it was read ({attempts} times); try again "
+                        f"when that run has ended")
+
+
 def write_record(folder, filename, record):
     """The JSON record `folder/filename`, written atomically."""
     write_json(Path(folder) / filename, record)
