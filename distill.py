@@ -253,7 +253,7 @@ def distil(args):
     from minibert.runs.distillation import distill
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import write_json
-    from minibert.support.folders import lock_output, recover_folder
+    from minibert.support.folders import lock_output
     from minibert.support.outputs import (check_cache_folder, check_distinct_outputs, check_output_file,
                                           check_training_output, resume_from_checkpoint)
     from minibert.support.reports import json_safe
@@ -262,8 +262,7 @@ def distil(args):
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
     inputs = {"--teacher": args.teacher, "--train": args.train, "--eval": args.eval, "--pos-file": args.pos_file,
               "--embeddings": args.embeddings, "--cache-dir": args.cache_dir}
-    lock_output(output)                          # one run per folder: a second one stops here
-    recover_folder(output)                       # what a killed run left half-written
+    lock_output(output)                          # one run per folder (a second one stops here), recovered
     check_training_output(output, STUDENT_FILE, inputs, resume=args.resume)
     check_cache_folder("--cache-dir", args.cache_dir, {k: v for k, v in inputs.items() if k != "--cache-dir"}, output)
     if args.json:

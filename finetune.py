@@ -171,10 +171,11 @@ def check_answers(task, path, examples, training=False):
     the first questions); refuse a training file where most are not."""
     if task.name == "squad":
         import sys
+        from minibert.support.inputs import as_given
         from minibert.support.task_files import check_answer_alignment
         warning = check_answer_alignment(path, examples, refuse_most=training)
-        if warning:
-            print(f"warning: {warning}", file=sys.stderr)
+        if warning:                      # a piped file named as the user gave it, not by its copy
+            print(f"warning: {as_given(warning)}", file=sys.stderr)
 
 
 def fine_tune(args):
@@ -182,7 +183,7 @@ def fine_tune(args):
 
     from minibert.runs import finetuning as finetuning_run
     from minibert.support.errors import MiniBertError
-    from minibert.support.folders import lock_output, recover_folder
+    from minibert.support.folders import lock_output
     from minibert.support.outputs import (check_distinct_outputs, check_output_file, check_training_output,
                                           resume_from_checkpoint)
     from minibert.support.fileio import write_json
@@ -192,8 +193,7 @@ def fine_tune(args):
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
     inputs = {"--model": args.model, "--train": args.train, "--eval": args.eval}
-    lock_output(output)                          # one run per folder: a second one stops here
-    recover_folder(output)                       # what a killed run left half-written
+    lock_output(output)                          # one run per folder (a second one stops here), recovered
     check_training_output(output, "task.json", inputs, resume=args.resume)
     if args.json:
         check_output_file(args.json, {**inputs, "--output": output}, flag="--json")

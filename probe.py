@@ -67,15 +67,13 @@ def main(argv=None):
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()              # before the model is loaded and probed, not after
-    from minibert.checkpoints import load_pretrained
+    from minibert.checkpoints import load_with_tokenizer
     from minibert.runs import probing as probe_run
     from minibert.runs.duplication import recorded_layer_order
-    from minibert.tokenization import load_tokenizer
 
     device = args.device                  # a torch.device, checked when the command line was read
     sentences = probe_run.read_sentences(args.text, args.max_sentences)
-    model = load_pretrained(args.model)
-    tokenizer = load_tokenizer(model.source_dir)
+    model, tokenizer = load_with_tokenizer(args.model)       # one snapshot of the folder
     name = args.model or "the bundled model"
 
     head, head_name = None, "pretrained"

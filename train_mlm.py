@@ -249,6 +249,11 @@ def choose_tokenizer(args, corpus, resume):
         return resume_tokenizer(args.output, lower, vocab_file=args.vocab)
     if args.vocab:
         return wordpiece_tokenizer(args.vocab, do_lower_case=lower)
+    from minibert.support.token_cache import is_token_cache
+    prepared = next((path for path in corpus if is_token_cache(path)), None)
+    if prepared is not None:         # token ids, no text to train a vocabulary on
+        raise MiniBertError(f"--corpus {prepared}: a prepared token cache holds token ids, not text; give --vocab, "
+                            f"the vocab.txt it was made with")
     # tokenizers' own progress display leaves blank lines behind: one line of ours instead
     started = time.time()
     files = f"{len(corpus):,} file" + ("s" if len(corpus) != 1 else "")
@@ -303,6 +308,20 @@ def deberta_config_from_flags(args, vocab_size, pad_token_id):
                          position_buckets=args.position_buckets, share_att_key=True, norm_rel_ebd="layer_norm")
 
 
+def resume_flags(args):
+    """The flags that make the model and its vocabulary, under their names:
+    --resume refuses a run where one differs, naming it (the model config
+    they make is compared too, but only a flag's name says what to change)."""
+    from minibert.support.outputs import file_identity
+    flags = {flag: getattr(args, flag[2:].replace("-", "_"))
+             for flag in ("--arch", "--model-type", "--layers", "--hidden", "--heads", "--intermediate", "--dropout",
+                          "--embedding-size", "--groups", "--position-buckets", "--cased")}
+    flags["--config"] = file_identity(args.config)
+    if args.vocab is None:               # a vocabulary trained on the corpus, of this size (resumed from the checkpoint)
+        flags["--vocab-size"] = args.vocab_size
+    return flags
+
+
 @script_main
 def main(argv=None):
     args = parse_args(argv)
@@ -330,7 +349,7 @@ def main(argv=None):
     if not corpus:
         raise MiniBertError("--heldout holds out every corpus file: nothing left to train on")
     from minibert.support.folders import lock_output
-    lock_output(args.output)                       # one run per folder: a second one stops here
+    lock_output(args.output)                       # one run per folder (a second one stops here), recovered
     check_output_folder(args.output, args.force, resume=args.resume,       # a token cache and a killed writer's
                         ignore=lambda name: name == "cache" or LEFTOVER.fullmatch(name))   # files do not count
     config = read_model_config(args.config) if args.config else None     # BERT's three config files, or DeBERTa's
@@ -357,7 +376,7 @@ def main(argv=None):
                        num_workers=args.num_workers, cache_dir=args.cache_dir, progress=not args.quiet,
                        bf16=args.bf16, keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer,
                        schedule=args.schedule, budget_minutes=args.budget_minutes,
-                       warmup_fraction=args.warmup_fraction)
+                       warmup_fraction=args.warmup_fraction, resume_flags=resume_flags(args))
     if args.json:
         make_parent_folder(args.json)
         write_json(args.json, summary)

@@ -492,11 +492,9 @@ def main(argv=None):
         parser.error("the sentence is empty; give one sentence to follow")
     from minibert.support.outputs import check_output_files
     check_output_files(args, {"--model": args.model}, flags=("--json",))
-    from minibert.checkpoints import load_pretrained
-    from minibert.tokenization import load_tokenizer
+    from minibert.checkpoints import load_with_tokenizer
 
-    model = load_pretrained(args.model)
-    tokenizer = load_tokenizer(model.source_dir)
+    model, tokenizer = load_with_tokenizer(args.model)       # one snapshot of the folder
     check_model(model)
     error = choice_error(model, args.layer, args.head) or sentence_error(tokenizer, args.sentence)
     if error:

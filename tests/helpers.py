@@ -35,6 +35,40 @@ def run_script_in_process(capsys, script, *args):
     return exit_info.value.code, capsys.readouterr()
 
 
+# A script run that sends itself a signal (SIGKILL, or SIGINT as Ctrl-C does) just before one rename of
+# write_folder's swap: 0, the old folder moving away; 1, the new one moving into place. Its renames start
+# once the staging folder is complete, which write_folder marks by syncing it (fsync_folder): the renames
+# of the files written inside the staging folder before that do not count.
+KILLED_AT_RENAME = """
+import os, runpy, signal, sys
+from minibert.support import folders
+script, at, how = sys.argv[1], int(sys.argv[2]), getattr(signal, sys.argv[3])
+real_fsync, real_replace, renames = folders.fsync_folder, os.replace, []
+
+def replace(source, target):
+    renames.append(target)
+    if len(renames) == at + 1:                   # once: the renames that put things right come after it
+        os.kill(os.getpid(), how)
+    real_replace(source, target)
+
+def fsync_folder(folder):
+    if folders.LEFTOVER.fullmatch(os.path.basename(folder)):     # the staging folder, complete
+        os.replace = replace
+    real_fsync(folder)
+
+folders.fsync_folder = fsync_folder
+sys.argv = [script, *sys.argv[4:]]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def run_killed_at_rename(script, args, at, signal_name="SIGKILL"):
+    """REPO/script with `args`, sent `signal_name` before write_folder's rename number `at`."""
+    return subprocess.run([sys.executable, "-c", KILLED_AT_RENAME, script, str(at), signal_name, *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
 def one_and_two_process_weights(script, args, tmp_path):
     """Run REPO/script with `args` in one process, then under torchrun in two
     (gloo, one thread each), each writing --output tmp_path/one or /two with

@@ -742,3 +742,38 @@ def test_one_config_reader_for_googles_and_hugging_faces_files(tmp_path):
     assert read_config(tmp_path / "config.json").hidden_act == "gelu"      # Hugging Face: "gelu" is the erf form
     (tmp_path / "bert_config.json").write_text(json.dumps(values))
     assert read_config(tmp_path / "bert_config.json").model_type == "bert"
+
+
+def test_weights_that_hold_nan_are_one_line_for_every_reader(tmp_path, capsys):
+    from helpers import run_script_in_process
+    from tiny_models import save_tiny_model
+    model = save_tiny_model(tmp_path / "model")
+    with torch.no_grad():
+        model.encoder.layers[1].attention.query.weight[0, 0] = float("nan")
+    save_pretrained(model, tmp_path / "model")
+    with pytest.raises(MiniBertError, match=r"model: the weights hold NaN or infinite values "
+                                            r"\(encoder\.layers\.1\.attention\.query\.weight\)"):
+        load_pretrained(tmp_path / "model")
+    code, captured = run_script_in_process(capsys, "probe.py", "--model", tmp_path / "model")
+    assert code == 1 and captured.err.count("\n") == 1 and "hold NaN or infinite values" in captured.err
+    assert "%" not in captured.out                        # no table of 0.0% accuracies
+
+
+def test_a_model_and_its_tokenizer_are_read_as_one_snapshot_while_a_run_replaces_their_folder(tmp_path, monkeypatch):
+    from minibert.checkpoints import load_with_tokenizer, pretrained
+    from minibert.support.folders import write_folder
+    from tiny_models import save_tiny_model
+    save_tiny_model(tmp_path / "m")
+    newer = save_tiny_model(tmp_path / "b", sentences=["a dog ran in the park .", "birds sing at dawn ."], seed=1)
+    real_load_tokenizer, replaced = pretrained.load_tokenizer, []
+
+    def a_run_replaces_the_folder_first(folder):        # between the weights and the vocabulary
+        if not replaced:
+            write_folder(tmp_path / "m", lambda staging: [shutil.copy(p, staging) for p in (tmp_path / "b").iterdir()])
+            replaced.append(True)
+        return real_load_tokenizer(folder)
+    monkeypatch.setattr(pretrained, "load_tokenizer", a_run_replaces_the_folder_first)
+    model, tokenizer = load_with_tokenizer(tmp_path / "m")
+    assert replaced and all(torch.equal(model.state_dict()[k], v) for k, v in newer.state_dict().items())
+    assert tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))) == \
+        (tmp_path / "b" / "vocab.txt").read_text().splitlines()              # the new folder's, both

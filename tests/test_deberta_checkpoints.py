@@ -156,8 +156,11 @@ def test_a_deberta_with_a_wordpiece_vocabulary_keeps_it_when_saved_again(tmp_pat
     """A DeBERTa that minibert pretrained has BERT's vocab.txt, not a
     released DeBERTa's tokenizer: save_pretrained writes it again."""
     from tiny_models import write_vocab
-    save_pretrained(tiny("v3"), tmp_path / "a")
+    model = tiny("v3")
+    save_pretrained(model, tmp_path / "a")
     write_vocab(tmp_path / "a")
+    tokens = (tmp_path / "a" / "vocab.txt").read_text().splitlines()[:model.config.vocab_size]   # one per row
+    (tmp_path / "a" / "vocab.txt").write_text("\n".join(tokens) + "\n")
     save_pretrained(load_pretrained(tmp_path / "a"), tmp_path / "b")
     assert (tmp_path / "b" / "vocab.txt").read_text() == (tmp_path / "a" / "vocab.txt").read_text()
 

@@ -286,7 +286,9 @@ def test_resume_with_a_changed_setting_names_the_flag_and_both_values(setup, tmp
                (["--bf16"], "--bf16 False, this run has --bf16 True"),
                (["--embeddings-mode", "static"], "--embeddings-mode 'rand', this run has --embeddings-mode 'static'"),
                (["--freeze-embeddings"], "--embeddings-mode 'rand', this run has --embeddings-mode 'static'"),
-               (["--teacher", setup / "other-teacher"], "--teacher")]
+               (["--teacher", setup / "other-teacher"], "--teacher"),
+               (["--eval", tmp_path / "other-dev.tsv"], f"--eval '{setup / 'dev.tsv'} (")]
+    (tmp_path / "other-dev.tsv").write_text("\n".join((setup / "dev.tsv").read_text().splitlines()[:12]) + "\n")
     from distill_helpers import make_teacher
     make_teacher(setup / "other-teacher", setup / "base", "sst2", seed=1)
     for extra, message in changed:
@@ -344,3 +346,36 @@ def test_bf16_trains_under_autocast_and_writes_the_student_folder(setup, tmp_pat
     assert all(p.dtype == torch.float32 for p in model.parameters())        # weights stay float32
     lines = [line for line in captured.out.splitlines() if line.startswith("step ")]
     assert lines and all(" dev.tsv accuracy " in line for line in lines), captured.out
+
+
+def test_a_run_killed_after_an_epoch_and_resumed_numbers_its_best_epoch_over_the_whole_run(
+        setup, tmp_path, capsys, monkeypatch):
+    from minibert.runs import training
+    learns = ["--epochs", "3", "--optimizer", "adam", "--lr", "0.02", "--alpha", "1"]    # its third epoch is best
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "straight", *learns))
+    assert code == 0, captured.err
+    straight = json.loads((tmp_path / "straight" / "student.json").read_text())
+    saved = training.save_checkpoint
+
+    def killed_after_the_first_epoch(path, model, optimizer, scheduler, step, run_config):
+        saved(path, model, optimizer, scheduler, step, run_config)
+        raise KeyboardInterrupt                          # the run dies here, its first epoch saved
+    monkeypatch.setattr(training, "save_checkpoint", killed_after_the_first_epoch)
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "resumed", *learns))
+    assert code == 130 and json.loads((tmp_path / "resumed" / "student.json").read_text())["best_epoch"] == 1
+    monkeypatch.undo()
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "resumed", *learns,
+                                                                                   "--resume"))
+    assert code == 0, captured.err
+    resumed = json.loads((tmp_path / "resumed" / "student.json").read_text())
+    assert straight["best_epoch"] == 3 and resumed["best_epoch"] == 3, (straight["metrics"], resumed["metrics"])
+    assert resumed["metrics"] == straight["metrics"]
+
+
+def test_prose_given_as_pos_file_stops_the_run_with_one_line(setup, tmp_path, capsys):
+    prose = tmp_path / "story.txt"
+    prose.write_text("It was the best of times,\nit was the worst of times.\n")
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--pos-file", prose,
+                                                                           "--cache-dir", tmp_path / "cache"))
+    assert code == 1 and captured.err.count("\n") == 1, captured.err
+    assert f"{prose}: line 1: 'was' in the tag column" in captured.err and "prose?" in captured.err

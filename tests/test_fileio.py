@@ -62,3 +62,15 @@ def test_temporary_files_of_dead_writers_are_removed_and_those_of_live_ones_kept
         path.write_bytes(b"part of a file")
     assert remove_leftovers(tmp_path / "checkpoint.pt") == [dead.name]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def test_a_file_written_again_removes_what_a_killed_writer_of_that_file_left(tmp_path):
+    from minibert.support.fileio import write_json
+    finished = subprocess.Popen([sys.executable, "-c", "None"])
+    finished.wait()
+    dead = tmp_path / f".results.json.{finished.pid}.0badc0de.tmp"        # a --json killed with -9
+    live = tmp_path / f".results.json.{os.getpid()}.0000cafe.tmp"
+    for path in (dead, live):
+        path.write_text("half")
+    write_json(tmp_path / "results.json", {"accuracy": 1.0})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["results.json", live.name])

@@ -4,6 +4,7 @@ processes, and one-line errors. (The library, minibert/finetuning.py:
 test_finetuning.py.)"""
 
 import json
+import os
 import re
 
 import numpy as np
@@ -231,7 +232,9 @@ def test_resume_with_a_changed_setting_names_the_flag_and_both_values(setup, tmp
                (["--optimizer", "bert-adam"], "--optimizer 'adamw', this run has --optimizer 'bert-adam'"),
                (["--max-train-examples", "300"], "--max-train-examples None, this run has --max-train-examples 300"),
                (["--sift"], "--sift None, this run has --sift {"),
-               (["--bf16"], "--bf16 False, this run has --bf16 True")]
+               (["--bf16"], "--bf16 False, this run has --bf16 True"),
+               (["--batch-size", "8"], "--batch-size 16, this run has --batch-size 8"),
+               (["--epochs", "2"], "--epochs 1, this run has --epochs 2")]
     for extra, message in changed:
         code, captured = run_script_in_process(capsys, "finetune.py", *args, *extra, "--resume")
         assert code == 1 and message in captured.err, (extra, captured.err)
@@ -281,7 +284,8 @@ def test_a_vocabulary_longer_than_the_model_is_refused(tuned, setup, tmp_path, c
         f.write("extra1\nextra2\n")
     code, captured = run_script_in_process(capsys, "finetune.py", "--model", copy, "--eval", setup[2], "--quiet")
     lines = captured.err.strip().splitlines()
-    assert code == 1 and len(lines) == 1 and "more than the model's vocab_size" in lines[0], captured.err
+    assert code == 1 and len(lines) == 1 and "its tokenizer has 66 tokens but config.json says vocab_size 64" \
+        in lines[0], captured.err
 
 
 def test_ensemble_members_must_share_their_vocabulary_not_only_its_size(tuned, setup, tmp_path, capsys):
@@ -290,6 +294,7 @@ def test_ensemble_members_must_share_their_vocabulary_not_only_its_size(tuned, s
     tokens = (copy / "vocab.txt").read_text().splitlines()
     tokens[-1], tokens[-2] = tokens[-2], tokens[-1]              # the same size, two ids swapped
     (copy / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    (copy / "tokenizer.json").unlink()        # else the tokenizer loader sees vocab.txt disagree with it first
     code, captured = run_script_in_process(capsys, "finetune.py", "--ensemble", folder, copy, "--eval", setup[2],
                                            "--quiet")
     assert code == 1 and f"{copy}: its tokenizer files (vocab.txt, ...) are not the vocabulary" in captured.err
@@ -314,7 +319,8 @@ def test_a_foreign_smaller_vocabulary_in_a_fine_tuned_folder_is_refused(tuned, s
     (copy / "vocab.txt").write_text("\n".join(tokens[:-3]) + "\n")
     code, captured = run_script_in_process(capsys, "finetune.py", "--model", copy, "--eval", setup[2], "--quiet")
     lines = captured.err.strip().splitlines()
-    assert code == 1 and len(lines) == 1 and "are not the vocabulary it was fine-tuned with" in lines[0]
+    assert code == 1 and len(lines) == 1 and "its tokenizer has 61 tokens but config.json says vocab_size 64" \
+        in lines[0], captured.err
 
 
 def test_a_loss_that_becomes_nan_stops_the_run_and_saves_nothing(setup, tmp_path, capsys):
@@ -352,6 +358,27 @@ def test_a_squad_training_file_with_most_answers_misaligned_is_refused(setup, tm
     lines = captured.err.strip().splitlines()
     assert code == 1 and len(lines) == 1, captured.err
     assert f"{path}: 3 of 3 answers are not at their answer_start in the context (questions q0, q1, q2" in lines[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_the_squad_alignment_warning_names_a_piped_file_as_given(setup, tmp_path, capsys):
+    import threading
+    root, _, _ = setup
+    context = "Super Bowl 50 was played in Santa Clara."
+    answers = [3, context.index("Santa"), context.index("Santa")]               # q0 misaligned, q1 and q2 right
+    data = {"version": "1.1", "data": [{"title": "T", "paragraphs": [{"context": context, "qas": [
+        {"id": f"q{i}", "question": "Where?", "answers": [{"answer_start": start, "text": "Santa Clara"}]}
+        for i, start in enumerate(answers)]}]}]}
+    pipe = tmp_path / "train.json"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_text(json.dumps(data)), daemon=True)
+    writer.start()
+    code, captured = run_script_in_process(capsys, "finetune.py", "--task", "squad", "--model", root / "base",
+                                           "--train", pipe, "--max-steps", "1", "--max-seq-len", "64",
+                                           "--doc-stride", "16", "--output", tmp_path / "out", "--quiet")
+    writer.join(timeout=10)
+    warnings = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
+    assert code == 0 and warnings and warnings[0].startswith(f"warning: {pipe}: 1 of 3 answers"), captured.err
 
 
 # ----------------------------------------------------------------------------

@@ -245,6 +245,9 @@ def test_a_folder_whose_vocabulary_was_replaced_does_not_load(tuned, tmp_path):
     tokens = (copy / "vocab.txt").read_text().splitlines()
     tokens[-1], tokens[-2] = tokens[-2], tokens[-1]              # the same size, two ids swapped
     (copy / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    with pytest.raises(MiniBertError, match="vocab.txt and tokenizer.json hold different vocabularies"):
+        finetuning_run.load_task_model(copy, make_task)          # the tokenizer loader sees it first
+    (copy / "tokenizer.json").unlink()
     with pytest.raises(MiniBertError, match="are not the vocabulary it was fine-tuned with"):
         finetuning_run.load_task_model(copy, make_task)
 

@@ -261,3 +261,129 @@ def test_a_folder_named_through_a_link_has_the_same_lock(tmp_path):
     finally:
         release_locks()
     assert HELD_LOCKS == [] and sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+# ---- every writing script, killed at each rename of write_folder -------------------------------
+
+
+@pytest.fixture(scope="module")
+def writer_data(tmp_path_factory):
+    from tiny_models import save_tiny_model
+    data = tmp_path_factory.mktemp("writers")
+    save_tiny_model(data / "model")
+    (data / "corpus.txt").write_text("the cat sat on the mat .\n" * 20)
+    (data / "train.tsv").write_text("sentence\tlabel\nthe cat sat\t1\nthe mat\t0\n")
+    return data
+
+
+def writer_args(script, data):
+    """The smallest run of each writing script; the second run on one --output writes over the first."""
+    return {"train_mlm.py": ["--corpus", data / "corpus.txt", "--vocab", data / "model" / "vocab.txt", "--steps",
+                             "1", "--layers", "1", "--hidden", "16", "--heads", "2", "--intermediate", "32",
+                             "--batch-size", "2", "--max-seq-len", "16", "--eval-every", "0", "--device", "cpu",
+                             "--quiet", "--force"],
+            "duplicate.py": ["--model", data / "model", "--duplicate", "0", "--force"],
+            "finetune.py": ["--task", "sst2", "--model", data / "model", "--train", data / "train.tsv", "--epochs",
+                            "1", "--max-seq-len", "32", "--device", "cpu", "--quiet", "--resume"],
+            "distill.py": ["--no-teacher", "--task", "sst2", "--train", data / "train.tsv", "--epochs", "1",
+                           "--device", "cpu", "--quiet", "--resume"]}[script]
+
+
+def read_model(script, folder):
+    """What a reader of the script's folder loads: the weights, by name."""
+    if script == "finetune.py":
+        from minibert.runs.finetuning import load_task_model
+        from minibert.tasks import make_task
+        return load_task_model(folder, make_task)[0].state_dict()
+    if script == "distill.py":
+        from minibert.runs.student_folder import load_student
+        return load_student(folder)[0].state_dict()
+    from minibert.checkpoints import load_pretrained
+    return load_pretrained(folder).state_dict()
+
+
+@pytest.mark.parametrize("signal_name, at", [("SIGKILL", 0), ("SIGKILL", 1), ("SIGINT", 1)])
+@pytest.mark.parametrize("script", ["train_mlm.py", "duplicate.py", "finetune.py", "distill.py"])
+def test_a_writer_killed_at_each_rename_loses_no_folder_and_the_next_run_leaves_nothing_behind(
+        writer_data, tmp_path, capsys, script, signal_name, at):
+    import torch
+    from helpers import run_killed_at_rename, run_script_in_process
+    output, args = tmp_path / "out", writer_args(script, writer_data)
+    code, captured = run_script_in_process(capsys, script, *args, "--output", output)
+    assert code == 0, captured.err
+    before = read_model(script, output)
+    files = sorted(p.name for p in output.iterdir())
+    killed = run_killed_at_rename(script, [*args, "--output", output], at, signal_name)
+    if signal_name == "SIGINT":                  # the live process put the old folder back before it ended
+        assert killed.returncode == 130 and killed.stderr.endswith("error: interrupted\n"), killed.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    else:
+        assert killed.returncode == -9, killed.stderr
+        assert output.exists() == (at == 0)      # between the renames the folder is missing: a reader restores it
+    after = read_model(script, output)
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+    left = sorted(p.name for p in output.iterdir())       # with the killed run's checkpoint and token cache
+    assert [name for name in left if name not in ("checkpoint.pt", "cache")] == files, left
+    code, captured = run_script_in_process(capsys, script, *args, "--output", output)   # the next run cleans up
+    assert code == 0, captured.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_reader_puts_back_a_folder_a_killed_write_left_renamed_away_or_says_how(tmp_path):
+    from minibert.support.folders import restore_interrupted
+    folder, dead = tmp_path / "run", dead_pid()
+    old = tmp_path / f".run.{dead}.0a0b.old"
+    old.mkdir()
+    (old / "task.json").write_text("1")
+    assert restore_interrupted(folder) is True and (folder / "task.json").read_text() == "1"
+    assert restore_interrupted(folder) is False and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    live = tmp_path / f".gone.{os.getpid()}.0a0b.old"          # a writer still between its two renames
+    live.mkdir()
+    with pytest.raises(MiniBertError, match=rf"gone: missing while the run with PID {os.getpid()} replaces it .*"
+                                            rf"mv {live} {tmp_path / 'gone'}$"):
+        restore_interrupted(tmp_path / "gone", wait_seconds=0.2)
+    assert restore_interrupted(tmp_path / "never-written") is False
+
+
+def test_a_folder_put_right_after_a_kill_keeps_the_run_files_of_the_old_one_but_none_of_its_model(tmp_path):
+    folder, dead = tmp_path / "run", dead_pid()
+    folder.mkdir()
+    (folder / "model.safetensors").write_text("new model")
+    old = tmp_path / f".run.{dead}.0a0b.old"
+    old.mkdir()
+    for name, text in (("model.safetensors", "old model"), ("tokenizer.json", "old model's"),
+                       ("checkpoint.pt", "checkpoint"), ("notes.txt", "a user's")):
+        (old / name).write_text(text)
+    recover_folder(folder)
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {
+        "model.safetensors": "new model", "checkpoint.pt": "checkpoint", "notes.txt": "a user's"}
+
+
+def test_a_lock_that_cannot_be_written_on_a_full_disk_is_one_line_and_leaves_no_lock_file(tmp_path, monkeypatch):
+    import errno
+    from minibert.support import folders
+
+    def full_disk(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(folders.os, "write", full_disk)
+    with pytest.raises(MiniBertError) as caught:
+        folders.lock_output(tmp_path / "out")
+    monkeypatch.undo()
+    assert str(caught.value) == (f"--output {tmp_path / 'out'}: cannot write its lock file {tmp_path / '.out.lock'} "
+                                 f"(No space left on device); free some space there, or choose another folder")
+    assert folders.HELD_LOCKS == [] and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_folder_replaced_at_every_read_is_one_line_after_three_reads(tmp_path):
+    from minibert.support.folders import read_as_one
+    reads = []
+
+    def read_while_a_run_replaces_it():
+        reads.append(1)
+        write_folder(tmp_path / "m", write_files(task_json=str(len(reads))))
+        return len(reads)
+    write_folder(tmp_path / "m", write_files(task_json="0"))
+    with pytest.raises(MiniBertError, match=r"m: replaced by another run each time it was read \(3 times\); try "
+                                            r"again when that run has ended$"):
+        read_as_one(tmp_path / "m", read_while_a_run_replaces_it)
+    assert len(reads) == 3 and read_as_one(tmp_path / "m", lambda: "steady") == "steady"

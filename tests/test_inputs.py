@@ -143,3 +143,26 @@ def test_distill_names_a_folder_given_as_pos_file_and_reads_a_piped_one_twice(tm
     code, captured = run_script_in_process(capsys, "distill.py", *args, "--pos-file", root / "pos.txt",
                                            "--output", tmp_path / "s3")
     assert code == 0 and len(list((tmp_path / "cache").iterdir())) == 1, captured.err   # the same lexicon, one key
+
+
+def test_the_copies_a_killed_run_left_are_removed_by_the_next_run_that_copies_a_pipe(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import tempfile
+
+    from minibert.support import inputs
+    finished = subprocess.Popen([sys.executable, "-c", "None"])
+    finished.wait()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(inputs, "_copies", [])
+    (tmp_path / f"minibert-inputs-{finished.pid}-abcd").mkdir()               # killed: atexit never ran
+    (tmp_path / f"minibert-inputs-{finished.pid}-abcd" / "train-0-train.tsv").write_bytes(SST2)
+    (tmp_path / f"minibert-inputs-{os.getpid()}-live").mkdir()               # a live run's
+    (tmp_path / "fifo-dir").mkdir()
+    writer = fifo_fed_with(tmp_path / "fifo-dir" / "train.tsv", SST2)
+    copy = read_once(tmp_path / "fifo-dir" / "train.tsv", "--train")
+    writer.join(timeout=10)
+    assert copy.read_bytes() == SST2 and copy.parent.name.startswith(f"minibert-inputs-{os.getpid()}-")
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("minibert-inputs-"))
+    assert f"minibert-inputs-{finished.pid}-abcd" not in names and f"minibert-inputs-{os.getpid()}-live" in names
+    assert len(names) == 2

@@ -230,3 +230,56 @@ def test_two_outputs_of_one_run_are_never_one_file_and_a_plot_has_a_format(tmp_p
         assert code == 1 and captured.err.count("\n") == 1 and f"error: {flag} " in captured.err, captured.err
         assert message in captured.err, captured.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.tsv", "model"]
+
+
+def test_an_output_folder_never_holds_a_file_the_run_reads_even_forced(tmp_path, capsys):
+    from helpers import run_script_in_process
+    from tiny_models import save_tiny_model, write_vocab
+    folder = tmp_path / "D"
+    folder.mkdir()
+    write_vocab(folder)
+    (folder / "vocab.txt").write_bytes((folder / "vocab.txt").read_bytes().replace(b"\n", b"\r\n"))   # CRLF stays
+    (folder / "config.json").write_text('{"model_type": "bert", "hidden_size": 16, "kept": 1}')
+    for place in (folder, tmp_path):
+        (place / "corpus.txt").write_text("the cat sat on the mat .\n" * 50)
+    (folder / "sentences.txt").write_text("the cat sat on the mat .\n")
+    save_tiny_model(tmp_path / "model")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    corpus = ["--corpus", tmp_path / "corpus.txt"]
+    cases = [("train_mlm.py", [*corpus, "--vocab", folder / "vocab.txt", "--output", folder, "--force"], "--vocab"),
+             ("train_mlm.py", [*corpus, "--config", folder / "config.json", "--output", folder, "--force"],
+              "--config"),
+             ("train_mlm.py", ["--corpus", folder / "corpus.txt", "--output", folder, "--force"], "--corpus"),
+             ("duplicate.py", ["--model", tmp_path / "model", "--duplicate", "0", "--text", folder / "sentences.txt",
+                               "--output", folder, "--force"], "--text")]
+    for script, args, flag in cases:
+        code, captured = run_script_in_process(capsys, script, *args)
+        assert code == 1 and captured.err.count("\n") == 1, captured.err
+        assert f"--output {folder}: holds the {flag} {folder}/" in captured.err, captured.err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    data = make_folder(tmp_path / "data", "train.tsv")        # finetune.py and distill.py: the same check
+    with pytest.raises(MiniBertError, match=r"--output .*data: holds the --train .*data/train.tsv this run reads"):
+        check_training_output(data, "task.json", {"--train": data / "train.tsv", "--model": None})
+    cache = make_folder(data / "cache")              # a cache the run fills may live in its output
+    assert check_training_output(data, "task.json", {"--cache-dir": cache}) == data
+
+
+def test_no_run_writes_into_the_package_or_its_bundled_model_even_forced(tmp_path, capsys):
+    from pathlib import Path
+
+    import minibert
+    from helpers import run_script_in_process
+    package = Path(minibert.__file__).resolve().parent
+    bundled = package / "pretrained" / "minibert-gutenberg"
+    before = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in bundled.iterdir()}
+    (tmp_path / "corpus.txt").write_text("the cat sat on the mat .\n" * 50)
+    cases = [("train_mlm.py", ["--corpus", tmp_path / "corpus.txt", "--output", bundled, "--force"], "lies inside"),
+             ("duplicate.py", ["--duplicate", "0", "--output", bundled, "--force"], "lies inside"),
+             ("duplicate.py", ["--duplicate", "0", "--output", package.parent, "--force"], "holds"),
+             ("probe.py", ["--json", package / "probe.json"], "lies inside")]
+    for script, args, where in cases:
+        code, captured = run_script_in_process(capsys, script, *args)
+        assert code == 1 and captured.err.count("\n") == 1, captured.err
+        assert f"{where} the minibert package" in captured.err and "--force does not allow" in captured.err
+    assert {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in bundled.iterdir()} == before
+    assert not (package / "probe.json").exists()

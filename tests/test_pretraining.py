@@ -320,7 +320,10 @@ def test_resume_without_a_checkpoint_starts_from_step_0_and_says_so(tmp_path, ca
 @pytest.mark.parametrize("flag, old, new", [
     ("--lr", "1e-3", "2e-3"), ("--weight-decay", "0.01", "0.1"), ("--warmup", "1", "2"),
     ("--max-grad-norm", "1.0", "0.5"), ("--mask-prob", "0.15", "0.2"), ("--whole-word-masking", None, None),
-    ("--pair-objective", "none", "nsp"), ("--corpus", None, "edited in place"), ("--corpus", None, "another file")])
+    ("--pair-objective", "none", "nsp"), ("--corpus", None, "edited in place"), ("--corpus", None, "another file"),
+    ("--bf16", None, None), ("--vocab-size", "200", "150"), ("--layers", "1", "2"), ("--hidden", "16", "32"),
+    ("--heads", "2", "4"), ("--intermediate", "32", "48"), ("--dropout", "0.1", "0.2"),
+    ("--model-type", "bert", "albert"), ("--arch", "bert", "deberta")])
 def test_a_resume_with_a_changed_flag_is_refused_naming_the_flag(tmp_path, capsys, flag, old, new):
     files = write_corpus(tmp_path / "corpus")
     run = tmp_path / "run"
@@ -339,6 +342,7 @@ def test_a_resume_with_a_changed_flag_is_refused_naming_the_flag(tmp_path, capsy
     code, _, err = train_mlm(capsys, again, run, "--steps", "4", "--resume", *changed)
     assert code == 1 and len(err) == 1, err
     assert f"was made with {flag} " in err[0] and f"this run has {flag} " in err[0], err
+    assert len(err[0]) < 400 or flag == "--corpus", err      # the flag and its two values, not two configs
     assert load_checkpoint(run / "checkpoint.pt")["step"] == 1                # the checkpoint is kept, unchanged
 
 
@@ -483,3 +487,38 @@ def test_exercise_mlm_loss_is_computed_in_float32_when_the_model_runs_in_bf16():
     assert loss.dtype == torch.float32, f"the loss is {loss.dtype}; compute it in float32"
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
     assert int(correct) == int((logits[0].float().argmax(-1) == labels[0]).sum())
+
+
+def test_a_prepared_token_cache_as_corpus_trains_with_its_vocab_and_without_one_is_one_line(tmp_path, capsys):
+    files = write_corpus(tmp_path / "corpus")
+    code, _, err = train_mlm(capsys, files, tmp_path / "prep", "--steps", "0")            # prepares only
+    assert code == 0, err
+    (cache,) = (tmp_path / "prep" / "cache").iterdir()
+    (tmp_path / "prep" / "vocab.txt").rename(tmp_path / "vocab.txt")
+    code, _, err = train_mlm(capsys, [cache], tmp_path / "run", "--steps", "2", "--max-minutes", "1e-9",
+                             "--vocab", tmp_path / "vocab.txt")
+    assert code == 0, err
+    state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert state["step"] == 1 and state["run_config"]["flags"]["--corpus"][0].startswith(f"{cache} (a folder of 4 ")
+    code, _, err = train_mlm(capsys, [cache], tmp_path / "run", "--steps", "2", "--resume",
+                             "--vocab", tmp_path / "vocab.txt")
+    assert code == 0, err
+    code, _, err = train_mlm(capsys, [cache], tmp_path / "other", "--steps", "2")
+    assert code == 1 and err == [f"error: --corpus {cache}: a prepared token cache holds token ids, not text; "
+                                 f"give --vocab, the vocab.txt it was made with"]
+
+
+def test_a_finished_run_removes_its_token_cache_before_its_checkpoint_so_a_kill_between_stays_resumable(
+        corpus_and_tokenizer, tmp_path, monkeypatch):
+    from minibert.runs import pretraining as pretraining_run
+    files, tokenizer = corpus_and_tokenizer
+
+    def killed(*args, **kwargs):                          # the run dies as it starts removing the cache
+        raise KeyboardInterrupt
+    monkeypatch.setattr(pretraining_run.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_pretrain(files, tokenizer, tmp_path / "run", steps=2, keep_checkpoint=False)
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == 2     # still there: --resume finishes
+    run_pretrain(files, tokenizer, tmp_path / "run", steps=2, keep_checkpoint=False, resume=True)
+    assert not (tmp_path / "run" / "checkpoint.pt").exists() and not (tmp_path / "run" / "cache").exists()

@@ -207,3 +207,23 @@ def test_a_warmup_as_long_as_the_run_is_a_one_line_warning(tmp_path, capsys):
     warnings = [line for line in captured.err.splitlines() if line.startswith("warning:")]
     assert warnings == ["warning: --warmup 1000 is not below --steps 10: the learning rate never leaves its warm-up "
                         "(it peaks at step 1000, after the run)"]
+
+
+def test_a_run_killed_while_carrying_its_checkpoint_over_is_recovered_before_the_output_check(
+        data_and_straight_run, tmp_path):
+    import shutil
+    data, expected = data_and_straight_run
+    first = train_mlm(data, tmp_path / "run", 4, "--max-minutes", "0.0001")   # stops after one step
+    assert first.returncode == 0, first.stderr
+    # What a kill inside carry_over leaves: the new model at --output, the checkpoint still in the old
+    # folder renamed away, whose process is gone.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    old = tmp_path / f".run.{int(dead.stdout)}.0a0b.old"
+    shutil.copytree(tmp_path / "run", old)
+    (tmp_path / "run" / "checkpoint.pt").unlink()
+    resumed = train_mlm(data, tmp_path / "run", 4, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "starting from step 0" not in resumed.stdout                      # it found the checkpoint
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    new = weights(tmp_path / "run")
+    assert all(torch.equal(new[name], expected[name]) for name in expected)

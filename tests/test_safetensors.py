@@ -556,3 +556,29 @@ def test_integer_weights_are_refused_not_cast(tmp_path):
     save_safetensors({"weight": torch.ones(3, 4, dtype=torch.int64), "bias": torch.zeros(3)}, tmp_path / "w.safetensors")
     with pytest.raises(MiniBertError, match=r"w.safetensors: tensor 'weight' has dtype int64; expected a floating"):
         load_weights(nn.Linear(4, 3), tmp_path / "w.safetensors", "a 4 -> 3 layer")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the process's mapped size from /proc")
+def test_weights_larger_than_the_address_space_limit_leaves_are_one_line_before_allocating(tmp_path):
+    import subprocess
+    import sys
+    path = tmp_path / "model.safetensors"
+    count = 2**28                                                     # 1 GiB of float32, as a sparse file
+    header = json.dumps({"w": {"dtype": "F32", "shape": [count], "data_offsets": [0, 4 * count]}}).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + 4 * count)
+    program = (
+        "import resource, sys\n"
+        "from minibert.checkpoints.safetensors import load_safetensors\n"
+        "from minibert.support.errors import MiniBertError\n"
+        "mapped = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmSize:')) * 1024\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (mapped + 2**30, resource.RLIM_INFINITY))\n"   # 1 GiB more
+        "try:\n"
+        f"    load_safetensors({str(path)!r})\n"
+        "except MiniBertError as e:\n"
+        "    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert re.fullmatch(rf"{re.escape(str(path))}: loading it needs about 3\.0 GB of address space, and this "
+                        r"process's limit \(ulimit -v\) leaves 1\.0 GB; raise the limit\n", done.stdout), \
+        (done.stdout, done.stderr[-2000:])

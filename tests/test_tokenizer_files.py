@@ -66,3 +66,46 @@ def test_file_errors_name_the_file(tmp_path):
         read_model_file(tmp_path / "missing.model")
     with pytest.raises(MiniBertError, match="no pieces found"):
         read_sentencepiece_model(b"", source="empty.model")
+
+
+@pytest.mark.parametrize("change", ["a token fewer", "a token more"])
+def test_a_vocabulary_that_does_not_fit_the_model_is_one_line_in_every_reader(tmp_path, capsys, change):
+    from helpers import run_script_in_process
+    from minibert.tokenization import load_tokenizer
+    from tiny_models import save_tiny_model
+    model = tmp_path / "model"
+    save_tiny_model(model)
+    tokens = (model / "vocab.txt").read_text().splitlines()
+    rows = len(tokens)
+    tokens = tokens[:-1] if change == "a token fewer" else tokens + ["[unused99]"]
+    (model / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    message = (f"{model}: its tokenizer has {len(tokens)} tokens but config.json says vocab_size {rows}: the "
+               f"tokenizer files are not this model's")
+    with pytest.raises(MiniBertError) as caught:
+        load_tokenizer(model)
+    assert str(caught.value).startswith(message)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nthe cat sat\t1\nthe mat\t0\n")
+    for script, args in (("probe.py", ["--model", model]), ("minibert/walkthrough.py", ["the cat", "--model", model]),
+                         ("finetune.py", ["--task", "sst2", "--model", model, "--train", tmp_path / "train.tsv",
+                                          "--output", tmp_path / "out", "--max-seq-len", "32"])):
+        code, captured = run_script_in_process(capsys, script, *args)
+        assert code == 1 and captured.err.count("\n") == 1 and message in captured.err, (script, captured.err)
+    assert load_tokenizer(model / "vocab.txt").vocab_size == len(tokens)      # the file alone is only a vocabulary
+
+
+def test_a_vocab_txt_and_a_tokenizer_json_that_disagree_are_one_line(tmp_path):
+    from tiny_models import save_tiny_model
+    from minibert.tokenization import load_tokenizer
+    from minibert.support.tokenizer_files import write_tokenizer_files
+    save_tiny_model(tmp_path / "model")
+    write_tokenizer_files(load_tokenizer(tmp_path / "model"), tmp_path / "model")   # tokenizer.json too
+    assert (tmp_path / "model" / "tokenizer.json").is_file()         # both written, one vocabulary
+    assert load_tokenizer(tmp_path / "model").vocab_size == len((tmp_path / "model" / "vocab.txt").read_text().split())
+    tokens = (tmp_path / "model" / "vocab.txt").read_text().splitlines()
+    tokens[5], tokens[6] = tokens[6], tokens[5]                         # the same size, two ids swapped
+    (tmp_path / "model" / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    with pytest.raises(MiniBertError) as caught:
+        load_tokenizer(tmp_path / "model")
+    assert str(caught.value) == (f"{tmp_path / 'model'}: vocab.txt and tokenizer.json hold different vocabularies "
+                                 f"({len(tokens)} and {len(tokens)} tokens; {tokens[5]!r} has id 5 in vocab.txt, 6 in "
+                                 f"tokenizer.json): keep the model's own files")

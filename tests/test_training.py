@@ -648,3 +648,15 @@ def test_exercise_training_step_adds_micro_batches_up_to_one_batch_twice_as_larg
         results.append([p.detach().clone() for p in model.parameters()])
     for one, two in zip(*results):
         torch.testing.assert_close(one, two, rtol=1e-5, atol=1e-7)
+
+
+def test_a_resume_with_another_model_config_names_only_the_fields_that_differ(tmp_path):
+    from minibert.runs.training import check_same_run
+    saved = {"model_config": {**small_config().to_dict()}, "batch_size": 2}
+    changed = {"model_config": {**small_config(hidden_size=16, num_hidden_layers=3).to_dict()}, "batch_size": 2}
+    with pytest.raises(MiniBertError) as caught:
+        check_same_run(tmp_path / "checkpoint.pt", saved, changed)
+    assert str(caught.value) == (f"--resume: {tmp_path / 'checkpoint.pt'} was made with the model_config "
+                                 f"hidden_size=8, num_hidden_layers=2, this run has hidden_size=16, "
+                                 f"num_hidden_layers=3; resume with the same settings, or start a new run in "
+                                 f"another folder")

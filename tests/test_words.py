@@ -39,3 +39,16 @@ def test_bad_lexicon_files_are_named_with_their_line(tmp_path):
         tagged_word_counts([one_column])
     with pytest.raises(MiniBertError, match=r"missing\.txt: cannot read"):
         tagged_word_counts([tmp_path / "missing.txt"])
+
+
+def test_prose_given_as_a_lexicon_is_one_line_naming_the_file_and_a_line(tmp_path):
+    prose = tmp_path / "story.txt"
+    prose.write_text("It was the best of times,\nit was the worst of times.\n\nThe cat sat on the mat.\n")
+    with pytest.raises(MiniBertError) as caught:
+        tagged_word_counts([prose])
+    assert str(caught.value) == (f"{prose}: line 1: 'was' in the tag column, and a word there in 3 of 3 lines: "
+                                 f"prose? expected 'word TAG' lines (a word and its part-of-speech tag, such as NN "
+                                 f"or JJ)")
+    tagged = tmp_path / "eng.train"
+    tagged.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP B-MISC\n")
+    assert dict(tagged_word_counts([tagged])["rejects"]) == {"VBZ": 1}

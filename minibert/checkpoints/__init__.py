@@ -11,7 +11,7 @@
 """
 
 from minibert.checkpoints.pretrained import (build_and_fill, huggingface_config, huggingface_state_dict,
-                                             load_pretrained, read_config, save_pretrained)
+                                             load_pretrained, load_with_tokenizer, read_config, save_pretrained)
 
-__all__ = ["build_and_fill", "huggingface_config", "huggingface_state_dict", "load_pretrained", "read_config",
-           "save_pretrained"]
+__all__ = ["build_and_fill", "huggingface_config", "huggingface_state_dict", "load_pretrained", "load_with_tokenizer",
+           "read_config", "save_pretrained"]

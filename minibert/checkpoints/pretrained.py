@@ -78,10 +78,31 @@ def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, fo
                 f"TensorFlow checkpoint (*.index + *.data-*)")
     except MiniBertError as e:  # if the folder is a cached download, say so and how to refresh it
         raise explain_cache_error(e, folder) from None
+    check_finite(model, folder)
     if verbose:
         print(model.load_report)
     model.source_dir = folder
     return model.to(dtype).eval()
+
+
+def load_with_tokenizer(name_or_path=None):
+    """(model, tokenizer) of one folder, read as one snapshot
+    (support/folders.read_as_one): never the weights of one model with the
+    vocabulary of the next, should a run replace the folder in between."""
+    from minibert.support.folders import read_as_one
+    from minibert.support.hub import resolve_model_dir
+    folder = Path(resolve_model_dir(name_or_path))
+    return read_as_one(folder, lambda: (load_pretrained(folder), load_tokenizer(folder)))
+
+
+def check_finite(model, folder):
+    """Weights that hold NaN or infinity (saved by a run that diverged, or
+    damaged) make every output NaN: a probe would print 0% accuracies and
+    exit 0. One line naming the first such tensor instead."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise MiniBertError(f"{folder}: the weights hold NaN or infinite values ({name}); a model that "
+                                f"diverged or a damaged file: nothing can be computed with it")
 
 
 def load_google_folder(folder, config_file):

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from minibert.support.devices import check_can_allocate
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write
 
@@ -245,6 +246,11 @@ def load_safetensors(path, names=None):
         if names is not None:
             wanted = set(names)
             entries = [entry for entry in entries if entry[0] in wanted]
+        # What the header declares, before any of it is allocated: the file mapped, a copy of each
+        # tensor, and the float32 model they fill.
+        stored = sum(end - begin for _, _, _, begin, end in entries)
+        float32 = sum(4 * int(np.prod(shape, dtype=np.int64)) for _, _, shape, _, _ in entries)
+        check_can_allocate(str(path), os.fstat(f.fileno()).st_size + stored + float32, stored + float32)
         tensors = {}
         # The memory map lets numpy look at the file's bytes without reading
         # the whole file into one Python bytes object first.

@@ -22,7 +22,7 @@ from minibert.distillation import (DistillationObjective, build_student, make_tr
 from minibert.finetuning import LengthGroupedBatches
 from minibert.runs.finetuning import BestEpoch, evaluate, load_task_model
 from minibert.runs.student_folder import previous_best, save_student
-from minibert.runs.training import TrainingConfig, setup_context, train
+from minibert.runs.training import TrainingConfig, load_checkpoint, setup_context, train
 from minibert.support.distillation.settings import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.support.distillation.student_inputs import collate_student
 from minibert.support.distillation.transfer_cache import cached_transfer_set
@@ -115,9 +115,13 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
                                       settings.eval_batch_size, context.device, bf16=settings.bf16)
         return task.metrics(eval_examples, predictions)
 
+    # The epochs a resumed run's checkpoint had finished: its epochs are counted on from there, so the
+    # best epoch is numbered over the whole run, as an uninterrupted run numbers it.
+    epochs_before = load_checkpoint(output / CHECKPOINT)["step"] // len(batches) if resume else 0
+
     def save_best(trained, metrics):         # BestEpoch calls it after adding the epoch to its history
         save_student(trained, tokenizer, task, output, {**record, "metrics": metrics,
-                                                        "best_epoch": len(best_epoch.history)})
+                                                        "best_epoch": epochs_before + len(best_epoch.history)})
     previous = previous_best(output, task.main_metric)[0] if resume else None    # a killed run's best, to beat
     best_epoch = BestEpoch(task.main_metric, evaluate_epoch, save_best, previous)
     total_steps, counts = settings.epochs * len(batches), parameter_counts(model, teacher)
@@ -188,6 +192,7 @@ def resume_config(task, settings, total_steps, model, tokenizer, record=None):
         flags["--teacher"] = file_identity(weights) if weights is not None and weights.is_file() else teacher
         flags["--no-teacher"] = not record["distilled"]
         flags["--train"] = file_identity(record["train_file"])
+        flags["--eval"] = file_identity(record["evaluated_on"])     # picks the epoch the folder keeps
     return {"task": task.name, "total_steps": total_steps, "batch_size": settings.batch_size, "seed": settings.seed,
             "grad_accum_steps": 1, "model_config": model.config.to_dict(),
             "vocabulary_fingerprint": vocabulary_fingerprint(tokenizer), "flags": flags}

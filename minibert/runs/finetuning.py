@@ -15,14 +15,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from minibert.checkpoints import load_pretrained, save_pretrained
+from minibert.checkpoints import load_pretrained, load_with_tokenizer, save_pretrained
 from minibert.checkpoints.task_heads import load_task_head
 from minibert.finetuning import LengthGroupedBatches, Objective, TaskModel, run_model
 from minibert.heads import add_pooler_if_missing
 from minibert.runs.training import TrainingConfig, setup_context, train
 from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
-from minibert.support.folders import check_task_record, read_record, write_folder, write_record
+from minibert.support.folders import check_task_record, read_as_one, read_record, write_folder, write_record
 from minibert.support.outputs import CHECKPOINT
 from minibert.tasks import TASK_NAMES
 from minibert.tokenization import load_tokenizer
@@ -80,8 +80,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     training.BertAdam)."""
     context = setup_context(device)
     output = Path(output)
-    tokenizer = load_tokenizer(model_name)
-    base_model = load_pretrained(model_name)
+    base_model, tokenizer = load_with_tokenizer(model_name)     # one snapshot of the folder
     if max_seq_len > base_model.config.max_position_embeddings:
         raise MiniBertError(f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
                             f"({base_model.config.max_position_embeddings})")
@@ -126,6 +125,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         run_config["sift"] = record["sift"]
     run_config["flags"] = {   # --resume refuses a run where one differs (runs.training.check_same_run)
         "--task": task.name, "--model": str(model_name), "--lr": learning_rate, "--warmup": warmup,
+        "--batch-size": batch_size, "--epochs": epochs, "--max-steps": max_steps,
         "--weight-decay": weight_decay, "--max-seq-len": max_seq_len, "--optimizer": optimizer,
         "the tokenizer's casing (do_lower_case)": getattr(tokenizer, "do_lower_case", None),
         "--sift": record.get("sift"),
@@ -191,7 +191,13 @@ def load_task_model(folder, make_task, overrides=None):
     """(model, task, tokenizer, record) from a fine-tuned folder. `overrides`
     replace saved task settings that only affect decoding (e.g. SQuAD's
     null_threshold, tuned after training). The head is read from
-    model.safetensors, under the names transformers' For<Task> model uses."""
+    model.safetensors, under the names transformers' For<Task> model uses.
+    All is read as one snapshot of the folder (support/folders.read_as_one)."""
+    return read_as_one(folder, lambda: read_task_model(folder, make_task, overrides))
+
+
+def read_task_model(folder, make_task, overrides=None):
+    """load_task_model's reads, in order."""
     record = read_task_record(folder)
     task = make_task(record["task"], labels=record.get("labels"), settings={**record, **(overrides or {})})
     base_model = load_pretrained(folder)

@@ -172,7 +172,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
              max_grad_norm=1.0, seed=0, pair_objective="none", mask_prob=0.15, whole_word=False,
              eval_every=1000, eval_batches=20, checkpoint_every=1000, max_minutes=None, resume=False,
              device="auto", num_workers=0, cache_dir=None, progress=True, bf16=False, keep_checkpoint=False,
-             optimizer="adamw", schedule="linear", budget_minutes=None, warmup_fraction=0.0, clock=None):
+             optimizer="adamw", schedule="linear", budget_minutes=None, warmup_fraction=0.0, clock=None,
+             resume_flags=None):
     """Pretrain a model from scratch and save it in Hugging Face layout in
     `output`. Returns the training summary. `model_config` says which: a
     BertConfig pretrains BERT or ALBERT with MLM (+ NSP/SOP), a DebertaConfig
@@ -199,7 +200,9 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     training loop (steps, evaluations, checkpoints), not the preparation
     (vocabulary, token cache) nor the model saved at the end; a resumed run
     goes on from the budget its checkpoint recorded (runs/training.py).
-    clock() -> seconds: what the budget is read on (tests give a fake one)."""
+    clock() -> seconds: what the budget is read on (tests give a fake one).
+    resume_flags: more {flag: value} that shape the run (train_mlm.py: the
+    flags that make the model config), which --resume must find unchanged."""
     if (steps is None) == (budget_minutes is None):
         raise MiniBertError(f"steps {steps!r}, budget_minutes {budget_minutes!r}: give one of the two, the "
                             f"number of steps or the time budget that ends the run")
@@ -249,7 +252,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                             "--warmup": warmup_steps, "--weight-decay": weight_decay,
                             "--optimizer": optimizer, "--max-grad-norm": max_grad_norm, "--seed": seed,
                             "--schedule": schedule, "--budget-minutes": budget_minutes,
-                            "--warmup-fraction": warmup_fraction}}
+                            "--warmup-fraction": warmup_fraction, "--bf16": bf16, **(resume_flags or {})}}
     config = TrainingConfig(total_steps=steps, learning_rate=learning_rate, weight_decay=weight_decay,
                             warmup_steps=warmup_steps or 0, max_grad_norm=max_grad_norm,
                             grad_accum_steps=grad_accum_steps, seed=seed, eval_every=eval_every,
@@ -275,9 +278,11 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     if context.is_main:
         save_model_folder(model.to("cpu"), tokenizer, output)
         if summary["finished"] and not keep_checkpoint:   # nothing left to resume
-            checkpoint_path.unlink(missing_ok=True)
+            # The cache first: a kill between the two leaves the checkpoint, which --resume finishes
+            # (rebuilding the cache), never a finished folder with the cache left in it.
             if own_cache and steps != 0:     # a run of 0 steps only prepares: its cache is what it is for
                 shutil.rmtree(cache_dir, ignore_errors=True)
+            checkpoint_path.unlink(missing_ok=True)
     summary["parameters"] = model.num_parameters()
     summary["run_config"] = {k: v for k, v in run_config.items() if k != "vocabulary"}  # the file has it
     return summary

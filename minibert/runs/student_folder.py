@@ -21,7 +21,7 @@ from minibert.support.distillation.student_config import StudentConfig
 from minibert.support.distillation.student_inputs import PieceTokenizer, WordTokenizer
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import read_json_object
-from minibert.support.folders import read_record, write_folder, write_record
+from minibert.support.folders import read_as_one, read_record, restore_interrupted, write_folder, write_record
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.tokenization import load_tokenizer
 
@@ -47,6 +47,7 @@ def save_student(model, tokenizer, task, folder, record):
 
 def read_student_record(folder, tasks):
     """student.json, its fields checked (`tasks`: the task names a student may have)."""
+    restore_interrupted(folder)          # a folder a killed write left renamed away comes back
     if not (Path(folder) / STUDENT_FILE).is_file():
         raise MiniBertError(f"--student {folder}: not a distill.py student folder (no {STUDENT_FILE})")
     record = read_record(folder, STUDENT_FILE, required=("student", "task", "labels", "tokenization", "max_seq_len"))
@@ -87,7 +88,13 @@ def previous_best(folder, main_metric):
 
 
 def load_student(folder):
-    """(model in eval mode, tokenizer, task) from a student folder."""
+    """(model in eval mode, tokenizer, task) from a student folder, read as
+    one snapshot of it (support/folders.read_as_one)."""
+    return read_as_one(folder, lambda: read_student(folder))
+
+
+def read_student(folder):
+    """load_student's reads, in order."""
     record = read_student_record(folder, CLASSIFICATION)
     config = StudentConfig.from_dict(record["student"], f"{Path(folder) / STUDENT_FILE}: student")
     tokenizer = (WordTokenizer.load(folder, record["max_seq_len"]) if record["tokenization"] == "words"

@@ -116,8 +116,14 @@ def check_same_run(path, saved, run_config):
                                 f"{new[flag]!r}; resume with the same value, or start a new run in another folder")
     for key in SAME_RUN_KEYS:
         if key in saved and saved[key] != run_config.get(key):
-            raise MiniBertError(f"--resume: {path} was made with {key}={saved[key]!r}, "
-                                f"this run has {run_config.get(key)!r}")
+            before, after = saved[key], run_config.get(key)
+            if isinstance(before, dict) and isinstance(after, dict):     # a config: only the fields that differ
+                fields = [f for f in sorted(set(before) | set(after)) if before.get(f) != after.get(f)]
+                before = ", ".join(f"{f}={before.get(f)!r}" for f in fields[:3])
+                after = ", ".join(f"{f}={after.get(f)!r}" for f in fields[:3])
+                raise MiniBertError(f"--resume: {path} was made with the {key} {before}, this run has {after}; "
+                                    f"resume with the same settings, or start a new run in another folder")
+            raise MiniBertError(f"--resume: {path} was made with {key}={before!r}, this run has {after!r}")
 
 
 def load_checkpoint(path):

@@ -50,3 +50,51 @@ def autocast(device, bf16=False):
     a GPU and on a CPU with bfloat16 instructions (AVX512-BF16, AMX). The
     returned object can be entered again and again (one batch at a time)."""
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bool(bf16))
+
+
+# ----------------------------------------------------------------------------
+# Memory: a size a file declares, checked before it is allocated
+# ----------------------------------------------------------------------------
+
+
+def _proc_kilobytes(path, field):
+    """A "Field:   1234 kB" line of a /proc file, in bytes; None where there is none (not Linux)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_headroom():
+    """(address space the process may still map under its limit, memory the
+    machine has available), in bytes; None for what is unlimited or unknown.
+    The limit is RLIMIT_AS (`ulimit -v`, prlimit), less what is mapped already."""
+    try:
+        import resource
+    except ImportError:                  # Windows
+        return None, None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    address = None
+    if soft != resource.RLIM_INFINITY:
+        mapped = _proc_kilobytes("/proc/self/status", "VmSize")
+        address = soft - (mapped or 0)
+    return address, _proc_kilobytes("/proc/meminfo", "MemAvailable")
+
+
+def check_can_allocate(what, address_bytes, memory_bytes):
+    """Stop with one line, before allocating, when `what` needs more address
+    space (address_bytes) than the process's limit leaves, or more memory
+    (memory_bytes) than the machine has available: the allocation would
+    otherwise fail half-way with a bare ENOMEM or MemoryError."""
+    address, available = memory_headroom()
+    gb = lambda n: f"{n / 2**30:.1f} GB"
+    if address is not None and address_bytes > address:
+        raise MiniBertError(f"{what}: loading it needs about {gb(address_bytes)} of address space, and this "
+                            f"process's limit (ulimit -v) leaves {gb(max(address, 0))}; raise the limit")
+    if available is not None and memory_bytes > available:
+        raise MiniBertError(f"{what}: loading it needs about {gb(memory_bytes)} of memory, and this machine has "
+                            f"{gb(available)} available")

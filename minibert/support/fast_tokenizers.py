@@ -88,8 +88,9 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 
 from minibert.support.errors import MiniBertError
 from minibert.support.sentencepiece_model import SPM_CONTROL, SPM_UNKNOWN, read_model_file
-from minibert.support.tokenizer_files import (check_added_tokens, find_tokenizer_files, read_bpe_vocab,
-                                              read_merges, read_vocab, write_tokenizer_files)
+from minibert.support.tokenizer_files import (check_added_tokens, check_fits_model, check_same_vocabulary,
+                                              find_tokenizer_files, read_bpe_vocab, read_merges, read_vocab,
+                                              write_tokenizer_files)
 
 # Google's WordPiece gives up on words longer than 200 characters (one [UNK]);
 # transformers and `tokenizers` use 100. We follow transformers, so that ids
@@ -424,14 +425,18 @@ class FastTokenizer:
         try:
             found = find_tokenizer_files(path)  # which files, which casing: support/tokenizer_files.py
             if found.model_type == "bert":
-                return cls.from_vocab(found.vocab, found.do_lower_case, source=str(found.file))
-            if found.model_type == "albert":
-                return cls.albert(found.file, do_lower_case=found.do_lower_case)
-            if found.model_type == "deberta-v2":
-                tokenizer = cls.deberta_v2(found.file, found.do_lower_case, found.split_by_punct)
+                tokenizer = cls.from_vocab(found.vocab, found.do_lower_case, source=str(found.file))
+            elif found.model_type == "albert":
+                tokenizer = cls.albert(found.file, do_lower_case=found.do_lower_case)
+            elif found.model_type == "deberta-v2":
+                tokenizer = check_added_tokens(found.folder, cls.deberta_v2(found.file, found.do_lower_case,
+                                                                            found.split_by_punct))
             else:
-                tokenizer = cls.deberta_v1(found.file, found.merges_file)
-            return check_added_tokens(found.folder, tokenizer)
+                tokenizer = check_added_tokens(found.folder, cls.deberta_v1(found.file, found.merges_file))
+            if path.is_dir():                   # a model folder: its tokenizer fits its model
+                check_fits_model(found.folder, tokenizer, found.kind)
+            check_same_vocabulary(found)        # and vocab.txt is what tokenizer.json says too
+            return tokenizer
         except MiniBertError as e:  # if the folder is a cached download, say so and how to refresh it
             from minibert.support.hub import explain_cache_error  # imported only when needed, like resolve_model_dir
             raise explain_cache_error(e, path) from None

@@ -110,6 +110,7 @@ def atomic_write(path, mode="wb"):
         raise ValueError(f"atomic_write: mode must be 'wb' or 'w', not {mode!r}")
     path = Path(path)
     refuse_special(path)
+    remove_leftovers(path)              # what a killed writer of this same file left: this run cleans up
     tmp = temporary_name(path)
     try:
         # O_EXCL: never write into a file someone else created under that name.

@@ -15,11 +15,13 @@ file.
 import contextlib
 import os
 import shutil
+import time
 from pathlib import Path
 
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import (DISK_FULL, LEFTOVER, fsync_folder, glob_escape, process_is_alive, read_json_object,
                                      temporary_name, write_json)
+from minibert.support.outputs import MODEL_FOLDER_FILES
 
 def write_folder(folder, write_into, leave_behind=()):
     """Write a model folder as one unit: write_into(staging) fills a hidden
@@ -60,12 +62,26 @@ def write_folder(folder, write_into, leave_behind=()):
         raise
     fsync_folder(staging)
     old = staging.with_name(staging.name[:-len(".tmp")] + ".old")
-    if folder.exists():
-        os.replace(folder, old)
-    os.replace(staging, folder)          # from here on the folder is the new one
+    try:
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(staging, folder)      # from here on the folder is the new one
+    except BaseException:
+        # Ctrl-C (KeyboardInterrupt) or a failed rename between the two: the process is still
+        # alive, so it puts the old folder back itself instead of leaving it to the next run.
+        if not folder.exists() and old.exists():
+            os.replace(old, folder)
+        elif old.exists() and not staging.exists():     # interrupted just after the new folder arrived
+            carry_over(old, folder, leave_behind)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     fsync_folder(folder.parent)
     if old.exists():
-        carry_over(old, folder, leave_behind)
+        try:
+            carry_over(old, folder, leave_behind)
+        except KeyboardInterrupt:        # finish moving the checkpoint over, then stop
+            carry_over(old, folder, leave_behind)
+            raise
 
 
 def carry_over(old, folder, leave_behind=()):
@@ -100,7 +116,7 @@ def recover_folder(folder):
         if match["kind"] == "old" and not folder.exists():
             os.replace(entry, folder)       # killed between the two renames: the old folder is complete
         elif match["kind"] == "old":
-            carry_over(entry, folder)
+            carry_over(entry, folder, MODEL_FOLDER_FILES)   # the run's files, never the old model's beside the new
         else:
             shutil.rmtree(entry, ignore_errors=True)
         done.append(entry.name)
@@ -113,6 +129,62 @@ def recover_folder(folder):
     return done
 
 
+def restore_interrupted(folder, wait_seconds=5.0):
+    """What a reader does with a folder that is missing: a write killed
+    between write_folder's two renames left the previous folder whole, as
+    .FOLDER.PID.HEX.old beside it, and it is put back (True). Nothing such
+    there: False. A writer still alive may be between its renames right now:
+    wait a moment for it (it renames within milliseconds); one that stays
+    there, or an old folder that cannot be renamed, is one line saying what to do."""
+    folder = Path(folder).absolute()
+    for _ in range(max(1, round(wait_seconds / 0.1))):
+        if folder.exists():
+            return False
+        olds = [(entry, LEFTOVER.fullmatch(entry.name)) for entry in
+                sorted(folder.parent.glob(f".{glob_escape(folder.name)}.*.old"))]
+        olds = [(entry, int(m["pid"])) for entry, m in olds if m is not None and m["name"] == folder.name]
+        if not olds:
+            return False
+        entry, pid = olds[-1]
+        if not process_is_alive(pid):
+            try:
+                os.replace(entry, folder)
+            except OSError as e:
+                raise MiniBertError(f"{folder}: missing; a write killed half-way left the previous folder as "
+                                    f"{entry}, which cannot be renamed back ({e.strerror}): run "
+                                    f"mv {entry} {folder}") from None
+            return True
+        time.sleep(0.1)
+    raise MiniBertError(f"{folder}: missing while the run with PID {pid} replaces it (its previous folder is "
+                        f"{entry}); try again when that run ends, or if it is stopped: mv {entry} {folder}")
+
+
+def folder_identity(folder):
+    """What tells one folder from the next one write_folder puts under the
+    same name: its inode (a new folder is made before the old one is
+    deleted, so the two never share one). None for no folder."""
+    try:
+        status = os.stat(folder)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def read_as_one(folder, read, attempts=3):
+    """read(), which reads several files of `folder` (weights, then the
+    tokenizer), as one snapshot: a run that replaced the folder in between
+    (write_folder) would pair the old weights with the new vocabulary. The
+    folder must be the same one before and after; if it was replaced, all is
+    read again."""
+    for _ in range(attempts):
+        before = folder_identity(folder)
+        value = read()
+        if folder_identity(folder) == before:
+            return value
+    raise MiniBertError(f"{folder}: replaced by another run each time it was read ({attempts} times); try again "
+                        f"when that run has ended")
+
+
 def write_record(folder, filename, record):
     """The JSON record `folder/filename`, written atomically."""
     write_json(Path(folder) / filename, record)
@@ -123,6 +195,7 @@ def read_record(folder, filename, required=(), missing_hint=""):
     ("not a ... folder" is what `missing_hint` adds), and so is a missing
     `required` field."""
     path = Path(folder) / filename
+    restore_interrupted(folder)
     if not path.is_file():
         raise MiniBertError(f"{folder}: no {filename}" + (f" ({missing_hint})" if missing_hint else ""))
     record = read_json_object(path)
@@ -156,16 +229,24 @@ HELD_LOCKS = []     # (path, fd) of the locks this process holds; cli.run releas
 def lock_output(folder, flag="--output"):
     """Hold an exclusive lock on `folder` for the rest of the run, so that a
     second run started on the same folder stops at once with one line,
-    instead of both writing it. The lock is a sibling file `.FOLDER.lock`
-    (the folder itself is replaced by write_folder, so it cannot carry it)
-    holding the PID, locked with flock: the operating system releases it if
-    the run dies, however it dies. Where flock does not exist (Windows) runs
-    are not locked. Only torchrun's first process locks (RANK 0)."""
+    instead of both writing it; then, holding it, put right what a killed run
+    left there (recover_folder), before any check reads the folder. The lock
+    is a sibling file `.FOLDER.lock` (the folder itself is replaced by
+    write_folder, so it cannot carry it) holding the PID, locked with flock:
+    the operating system releases it if the run dies, however it dies. Where
+    flock does not exist (Windows) runs are not locked. Only torchrun's first
+    process locks and recovers (RANK 0)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    take_lock(folder, flag)
+    recover_folder(folder)
+
+
+def take_lock(folder, flag):
+    """lock_output's lock: the file, the flock, the PID written."""
     try:
         import fcntl
     except ImportError:
-        return
-    if os.environ.get("RANK", "0") != "0":
         return
     folder = Path(folder).resolve()      # one lock for one folder, however it is named (a link to it, ..)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -186,8 +267,15 @@ def lock_output(folder, flag="--output"):
         if path.exists() and os.stat(path).st_ino == os.fstat(fd).st_ino:
             break
         os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as e:                 # a full disk: the lock file was made, its PID cannot be written
+        with contextlib.suppress(OSError):
+            os.unlink(path)              # no empty lock file left behind (we hold the lock: no one else uses it)
+        os.close(fd)
+        hint = "free some space there, or choose another folder" if e.errno in DISK_FULL else "choose another folder"
+        raise MiniBertError(f"{flag} {folder}: cannot write its lock file {path} ({e.strerror}); {hint}") from None
     HELD_LOCKS.append((path, fd))
 
 

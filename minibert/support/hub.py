@@ -118,6 +118,8 @@ def resolve_model_dir(name_or_path, *, force_download=False, revision=None, weig
         raise MiniBertError(f"model name or path is empty; expected a folder, a file in it, or "
                             f"{KNOWN_NAMES_SHORT}")
     path = Path(text).expanduser()
+    from minibert.support.folders import restore_interrupted
+    restore_interrupted(path)            # a folder a killed write left renamed away comes back
     if path.is_dir() or path.is_file():
         refuse_revision(revision, text)
         return path if path.is_dir() else path.parent

@@ -11,11 +11,12 @@ its lines names the path the user gave, not the copy: `as_given` puts it back,
 and cli.run calls it on every error; what a run records (task.json,
 student.json, --json) names the given path too, and `copy_for` finds the copy
 again where a record is read back (a --resume's hash). The copies are removed when the process
-ends. Waiting on a FIFO that no one writes is
+ends, and those of a killed process by the next run that copies a pipe. Waiting on a FIFO that no one writes is
 ordinary Unix behaviour and stays.
 """
 
 import atexit
+import os
 import shutil
 import stat
 import tempfile
@@ -61,7 +62,8 @@ def read_once(path, flag):
     if path is None or not Path(path).exists() or Path(path).is_file() or Path(path).is_dir():
         return path
     if not _copies:
-        _copies.append(tempfile.mkdtemp(prefix="minibert-inputs-"))
+        remove_dead_copies()
+        _copies.append(tempfile.mkdtemp(prefix=f"minibert-inputs-{os.getpid()}-"))
         atexit.register(shutil.rmtree, _copies[0], ignore_errors=True)
     status = Path(path).stat()
     pipe = (status.st_dev, status.st_ino)
@@ -77,6 +79,17 @@ def read_once(path, flag):
     _copy_of[pipe] = copy
     _copy_named[str(path)] = copy
     return copy
+
+
+def remove_dead_copies():
+    """Remove the copies that killed runs left (atexit never ran for them): each
+    folder is named after its process, minibert-inputs-PID-XXXX, and one whose
+    process is gone is removed by the next run that copies a pipe."""
+    from minibert.support.fileio import process_is_alive
+    for folder in Path(tempfile.gettempdir()).glob("minibert-inputs-*-*"):
+        pid = folder.name.split("-")[2]
+        if pid.isdigit() and not process_is_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def copy_for(path):

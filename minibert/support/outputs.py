@@ -8,7 +8,10 @@ a model folder (training) or a predictions file. Before any slow work they
 check that this place
 
   - is not a file or folder the run reads (--model, --teacher, --train, --eval,
-    --predict, ...), nor lies inside one of them;
+    --predict, ...), nor lies inside one of them, nor holds one (a folder
+    written over, --force included, would replace or remove it);
+  - lies nowhere in the minibert package, whose bundled model every script
+    falls back on;
   - is not a model folder of any kind (pretrained, fine-tuned, student), nor
     lies inside one: writing there would replace the model's files;
   - unless it is this same run's own folder and --resume continues it.
@@ -63,11 +66,33 @@ def enclosing_model_folder(path):
     return None
 
 
+# The minibert package's folder (this file is minibert/support/outputs.py).
+PACKAGE = Path(__file__).resolve().parent.parent
+# Inputs a run also writes (a cache it fills): they may lie inside its output folder.
+WRITTEN_INPUTS = ("--cache-dir",)
+
+
+def check_outside_package(flag, output):
+    """`output` is not the minibert package's folder, nor inside it (its
+    bundled model, minibert/pretrained, is what every script falls back on),
+    nor a folder holding it: --force does not allow any of these."""
+    package = PACKAGE
+    target = Path(output).resolve()
+    where = ("is" if target == package else "lies inside" if package in target.parents
+             else "holds" if target in package.parents else None)
+    if where is not None:
+        raise MiniBertError(f"{flag} {output}: {where} the minibert package ({package}), whose files and bundled "
+                            f"model no run replaces; choose a place outside it (--force does not allow this)")
+
+
 def check_apart_from_inputs(flag, output, inputs, owned=None):
-    """`output` is none of the paths the run reads, and lies inside none of
-    them. inputs: {flag: path, a list of paths, or None}; paths that do not exist (a hub name,
+    """`output` is none of the paths the run reads, lies inside none of
+    them and holds none of them (a folder written as one unit would drop or
+    replace what it held), and lies nowhere in the package. inputs: {flag:
+    path, a list of paths, or None}; paths that do not exist (a hub name,
     the bundled model) are skipped. owned: {flag: folder} the run itself
     writes (its --output), checked even before they exist."""
+    check_outside_package(flag, output)
     target = Path(output).resolve()
     for input_flag, path in (owned or {}).items():
         if path is not None and (target == Path(path).resolve() or Path(path).resolve() in target.parents):
@@ -84,6 +109,9 @@ def check_apart_from_inputs(flag, output, inputs, owned=None):
         if source.is_dir() and source in target.parents:
             raise MiniBertError(f"{flag} {output}: lies inside the {input_flag} folder {path} this run reads; "
                                 f"choose a place apart from it")
+        if target in source.parents and input_flag not in WRITTEN_INPUTS:
+            raise MiniBertError(f"{flag} {output}: holds the {input_flag} {path} this run reads; choose a folder "
+                                f"apart from it (--force does not allow this)")
 
 
 def check_not_in_model_folder(flag, output):
@@ -125,6 +153,7 @@ def check_output_folder(output, force=False, *, flag="--output", source=None, re
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise MiniBertError(f"{flag} {output}: exists and is not a folder")
+    check_outside_package(flag, output)
     if source is not None and Path(source).exists():
         source_dir = Path(source).resolve()
         source_dir = source_dir if source_dir.is_dir() else source_dir.parent
@@ -216,12 +245,20 @@ def check_distinct_outputs(outputs):
 def file_identity(path):
     """A data file as a resumed run compares it: its path, size and SHA-256
     (a file edited in place keeps its path). None for no file. A pipe is
-    named as the user gave it and hashed through its copy (inputs.read_once)."""
+    named as the user gave it and hashed through its copy (inputs.read_once).
+    A folder (train_mlm.py's prepared token cache) is its files: their
+    names, sizes and hashes."""
     from minibert.support.inputs import as_given, copy_for
     if path is None:
         return None
-    real = copy_for(path)
-    return f"{as_given(str(path))} ({Path(real).stat().st_size} bytes, sha256 {file_sha256(real)[:16]})"
+    real = Path(copy_for(path))
+    if real.is_dir():
+        from minibert.support.fingerprints import fingerprint
+        files = sorted(p for p in real.rglob("*") if p.is_file())
+        size = sum(p.stat().st_size for p in files)
+        digest = fingerprint([[str(p.relative_to(real)), file_sha256(p)] for p in files])
+        return f"{as_given(str(path))} (a folder of {len(files)} files, {size} bytes, sha256 {digest[:16]})"
+    return f"{as_given(str(path))} ({real.stat().st_size} bytes, sha256 {file_sha256(real)[:16]})"
 
 
 def resume_from_checkpoint(output):

@@ -105,6 +105,29 @@ def check_added_tokens(folder, tokenizer):
     return tokenizer
 
 
+MODEL_CONFIG_FILES = ("config.json", "bert_config.json", "albert_config.json")
+
+
+def check_fits_model(folder, tokenizer, kind):
+    """A model folder's tokenizer has as many tokens as the model's embedding
+    table has rows (the config's vocab_size), so that a vocabulary replaced
+    by another model's is one line, not ids past the table (an IndexError)
+    or, fewer tokens, ids read as other words. SentencePiece and BPE models
+    may pad the table beyond their pieces (DeBERTa-v3: 128,000 pieces,
+    vocab_size 128,100), so only more tokens than rows is refused there."""
+    config = next((folder / name for name in MODEL_CONFIG_FILES if (folder / name).is_file()), None)
+    if config is None:
+        return tokenizer
+    rows = read_json_object(config).get("vocab_size")
+    if type(rows) is not int:            # the model's reader says what is wrong with its config
+        return tokenizer
+    if tokenizer.vocab_size > rows or (kind == "wordpiece" and tokenizer.vocab_size < rows):
+        raise MiniBertError(f"{folder}: its tokenizer has {tokenizer.vocab_size:,} tokens but {config.name} says "
+                            f"vocab_size {rows:,}: the tokenizer files are not this model's (replaced, or "
+                            f"written by another run)")
+    return tokenizer
+
+
 def tokenizer_json_lowercase(spec, path):
     """The "lowercase" flag of a tokenizer.json's BertNormalizer, or None."""
     normalizer = spec.get("normalizer")
@@ -159,6 +182,25 @@ def vocab_from_tokenizer_json(path):
         raise MiniBertError(f"{path}: only WordPiece tokenizer.json files are supported "
                             f"(for SentencePiece models minibert reads the spiece.model file)")
     return check_ids(path, model["vocab"], "model.vocab")
+
+
+def check_same_vocabulary(found):
+    """vocab.txt and a WordPiece tokenizer.json beside it hold one vocabulary:
+    minibert reads vocab.txt and transformers tokenizer.json, so two that
+    disagree would give the same folder two tokenizers. (A tokenizer.json of
+    another kind is left to its readers.)"""
+    vocab_file, vocab, tokenizer_json = found.file, found.vocab, found.file.parent / "tokenizer.json"
+    if found.kind != "wordpiece" or vocab_file.name != "vocab.txt" or not tokenizer_json.is_file():
+        return
+    model = read_json_object(tokenizer_json).get("model")
+    if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        return
+    other = model["vocab"]
+    if other != vocab:
+        token = next((t for t in vocab if other.get(t) != vocab[t]), None) or next(t for t in other if t not in vocab)
+        raise MiniBertError(f"{vocab_file.parent}: vocab.txt and tokenizer.json hold different vocabularies "
+                            f"({len(vocab):,} and {len(other):,} tokens; {token!r} has id {vocab.get(token)} in "
+                            f"vocab.txt, {other.get(token)} in tokenizer.json): keep the model's own files")
 
 
 def check_ids(path, vocab, where):

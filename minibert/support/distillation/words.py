@@ -43,18 +43,26 @@ def tagged_word_counts(paths):
     whole are used ("u.s." is not: the sentences would never contain it as one word)."""
     counts = defaultdict(Counter)
     for path in paths:
-        lines = 0
+        lines, worded, first = 0, 0, None
         for number, fields in tagged_lines(path):
             if len(fields) < 2:
                 raise MiniBertError(f"{path}: line {number}: one column {fields[0]!r}; "
                                     f"expected 'word TAG' (a word and its part-of-speech tag)")
             lines += 1
+            # Tag sets write their tags in capitals or punctuation (NN, JJ, NOUN, ","); prose has words there.
+            if any(c.islower() for c in fields[1]):
+                worded += 1
+                first = first or (number, fields[1])
             word = fields[0].lower()
             if split_words(word) == [word]:
                 counts[word][fields[1]] += 1
         if lines == 0:
             raise MiniBertError(f"{path}: no 'word TAG' lines (the file is empty or has only "
                                 f"blank and -DOCSTART- lines)")
+        if worded > lines / 2:
+            raise MiniBertError(f"{path}: line {first[0]}: {first[1]!r} in the tag column, and a word there in "
+                                f"{worded:,} of {lines:,} lines: prose? expected 'word TAG' lines (a word and its "
+                                f"part-of-speech tag, such as NN or JJ)")
     if not counts:
         raise MiniBertError(f"{', '.join(map(str, paths))}: no usable words (every word has punctuation inside)")
     return counts
