@@ -357,8 +357,8 @@ def test_a_run_killed_after_an_epoch_and_resumed_numbers_its_best_epoch_over_the
     straight = json.loads((tmp_path / "straight" / "student.json").read_text())
     saved = training.save_checkpoint
 
-    def killed_after_the_first_epoch(path, model, optimizer, scheduler, step, run_config):
-        saved(path, model, optimizer, scheduler, step, run_config)
+    def killed_after_the_first_epoch(*args, **kwargs):
+        saved(*args, **kwargs)
         raise KeyboardInterrupt                          # the run dies here, its first epoch saved
     monkeypatch.setattr(training, "save_checkpoint", killed_after_the_first_epoch)
     code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "resumed", *learns))

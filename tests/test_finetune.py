@@ -430,6 +430,6 @@ def test_plot_names_a_model_given_as_a_long_path_by_its_folder(setup, tmp_path, 
                                            "--quiet")
     assert code == 0, captured.err
     figure = drawn["figure"]
-    assert figure.get_suptitle() == "sst2: fine-tuning seed-0/tiny-bert"
+    assert figure.get_suptitle() == "sst2: fine-tuning tiny-bert"
     assert [axes.get_title() for axes in figure.axes] == ["training loss per epoch", "accuracy after each epoch"]
     assert (tmp_path / "sst2.png").read_bytes()[:4] == b"\x89PNG"

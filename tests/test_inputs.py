@@ -166,3 +166,12 @@ def test_the_copies_a_killed_run_left_are_removed_by_the_next_run_that_copies_a_
     names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("minibert-inputs-"))
     assert f"minibert-inputs-{finished.pid}-abcd" not in names and f"minibert-inputs-{os.getpid()}-live" in names
     assert len(names) == 2
+
+
+def test_a_missing_input_file_is_one_line_naming_its_flag(tmp_path):
+    from minibert.support.errors import MiniBertError
+    from minibert.support.inputs import read_once
+    with pytest.raises(MiniBertError) as info:
+        read_once(tmp_path / "trian.tsv", "--train")
+    assert str(info.value) == f"--train {tmp_path / 'trian.tsv'}: no such file or folder"
+    assert read_once(None, "--eval") is None                 # a flag not given stays not given

@@ -184,7 +184,7 @@ def test_cli_plot_names_a_model_given_as_a_long_path_by_its_folder(tmp_path, cap
                                            "--max-sentences", 4, "--plot", tmp_path / "probe.png")
     assert code == 0, captured.err
     axes = drawn["figure"].axes[0]
-    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["seed-0/tiny-bert top-1", "seed-0/tiny-bert top-5"]
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["tiny-bert top-1", "tiny-bert top-5"]
     assert [t.get_text() for t in axes.get_xticklabels()] == ["0", "1", "2", "3"]          # 3 layers + embeddings
     assert (tmp_path / "probe.png").read_bytes()[:4] == b"\x89PNG" and str(folder) in captured.out   # text: the path
 

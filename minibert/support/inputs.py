@@ -56,10 +56,14 @@ def not_a_file(path, flag, folders=False):
 
 
 def read_once(path, flag):
-    """`path` itself if it is a regular file, a folder or missing (the
-    caller's checks say what is wrong); for a pipe, a character device or a
-    socket, the path of a regular temporary copy of all it gives, read once."""
-    if path is None or not Path(path).exists() or Path(path).is_file() or Path(path).is_dir():
+    """`path` itself if it is a regular file or a folder (the caller's
+    checks say whether it may be one); for a pipe, a character device or a
+    socket, the path of a regular temporary copy of all it gives, read once.
+    A path that names nothing is one line naming `flag`, the one place every
+    script's input files are first looked at."""
+    if path is not None and not Path(path).exists():
+        raise MiniBertError(f"{flag} {path}: no such file or folder")
+    if path is None or Path(path).is_file() or Path(path).is_dir():
         return path
     if not _copies:
         remove_dead_copies()
