@@ -331,6 +331,17 @@ def test_a_finished_run_removes_its_checkpoint_unless_keep_checkpoint(setup, tmp
     assert torch.load(tmp_path / "kept" / "checkpoint.pt", weights_only=True)["step"] > 1
 
 
+def bf16_lstm_runs_here():
+    from minibert.support.devices import check_bf16_lstm
+    try:
+        check_bf16_lstm("cpu")
+        return True
+    except MiniBertError:
+        return False
+
+
+@pytest.mark.skipif(not bf16_lstm_runs_here(), reason="this CPU cannot run an LSTM in bfloat16 (no AVX512-BF16 "
+                                                      "or AMX); the next test checks the one line that says so")
 def test_bf16_trains_under_autocast_and_writes_the_student_folder(setup, tmp_path, capsys):
     def distil(name, *extra):
         code, captured = run_script_in_process(capsys, "distill.py", *cli_args(
@@ -379,3 +390,19 @@ def test_prose_given_as_pos_file_stops_the_run_with_one_line(setup, tmp_path, ca
                                                                            "--cache-dir", tmp_path / "cache"))
     assert code == 1 and captured.err.count("\n") == 1, captured.err
     assert f"{prose}: line 1: 'was' in the tag column" in captured.err and "prose?" in captured.err
+
+
+def test_bf16_where_the_cpu_cannot_run_an_lstm_in_it_is_one_line_before_any_work(setup, tmp_path, capsys,
+                                                                                 monkeypatch):
+    import minibert.support.devices as devices
+    real = torch.nn.LSTM.forward
+
+    def without_bf16(self, *args, **kwargs):     # as oneDNN answers on a CPU without AVX512-BF16
+        if torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("could not create a primitive descriptor for the LSTM forward propagation primitive")
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(devices.torch.nn.LSTM, "forward", without_bf16)
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--bf16"))
+    assert code == 1 and error_line(code, captured) == ("error: --bf16: this CPU cannot run an LSTM in bfloat16 (a "
+                                                        "CPU needs AVX512-BF16 or AMX for it); run without --bf16")
+    assert not (tmp_path / "s").exists()

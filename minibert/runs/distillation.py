@@ -25,6 +25,7 @@ from minibert.runs.student_folder import previous_best, save_student
 from minibert.runs.training import TrainingConfig, load_checkpoint, setup_context, train
 from minibert.support.distillation.settings import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.support.distillation.student_inputs import collate_student
+from minibert.support.devices import check_bf16_lstm
 from minibert.support.distillation.transfer_cache import cached_transfer_set
 from minibert.support.fingerprints import fingerprint
 from minibert.support.inputs import as_given
@@ -88,6 +89,8 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     distilling = teacher is not None and use_teacher_logits
     settings = settings.resolved(task, distilling)
     check_run(settings, task, teacher is not None, distilling, CLASSIFICATION)
+    if settings.bf16:
+        check_bf16_lstm(context.device)          # before the transfer set, not at the student's first batch
 
     examples = task.read(Path(train_file))[:settings.max_train_examples]
     eval_examples = task.read(Path(eval_file)) if eval_file is not None else None

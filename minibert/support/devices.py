@@ -52,6 +52,20 @@ def autocast(device, bf16=False):
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bool(bf16))
 
 
+def check_bf16_lstm(device, flag="--bf16"):
+    """Stop with one line where `device` cannot run torch's LSTM in bfloat16:
+    on a CPU, oneDNN builds its bf16 LSTM only with AVX512-BF16 or AMX, and
+    elsewhere the first batch would fail deep inside torch. Tried on a
+    one-step LSTM, so the answer is this machine's, not a guess."""
+    lstm = torch.nn.LSTM(2, 2, batch_first=True).to(device)
+    try:
+        with torch.no_grad(), autocast(device, True):
+            lstm(torch.zeros(1, 1, 2, device=device))
+    except RuntimeError:
+        raise MiniBertError(f"{flag}: this {torch.device(device).type.upper()} cannot run an LSTM in bfloat16 "
+                            f"(a CPU needs AVX512-BF16 or AMX for it); run without {flag}") from None
+
+
 # ----------------------------------------------------------------------------
 # Memory: a size a file declares, checked before it is allocated
 # ----------------------------------------------------------------------------
