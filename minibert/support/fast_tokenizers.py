@@ -387,7 +387,8 @@ class FastTokenizer:
     # ---- loading the tokenizer a folder holds --------------------------------
 
     @classmethod
-    def load(cls, name_or_path=None, *, force_download=False, revision=None):
+    def load(cls, name_or_path=None, *, force_download=False, revision=None, cache_dir=None, token=None,
+             local_files_only=False):
         """The tokenizer of a model folder, a tokenizer file, or a model name.
 
         name_or_path: a folder holding vocab.txt, spiece.model, 30k-clean.model,
@@ -398,7 +399,8 @@ class FastTokenizer:
         bundled default model) that minibert.support.hub resolves to a folder:
         for a Hugging Face hub id, its config and tokenizer files only, never its
         weights. force_download=True downloads a hub id or Google archive again;
-        revision picks a hub id's branch, tag or commit.
+        revision picks a hub id's branch, tag or commit; cache_dir, token and
+        local_files_only go to huggingface_hub as they are (support/hub.py).
 
         DeBERTa-v2/v3 reads do_lower_case and split_by_punct from
         tokenizer_config.json (both false when absent, as in the released models);
@@ -420,7 +422,8 @@ class FastTokenizer:
             from minibert.support.hub import resolve_model_dir
             name = None if name_or_path is None else str(name_or_path)
             path = pathlib.Path(resolve_model_dir(name, force_download=force_download, revision=revision,
-                                                  weights=False))
+                                                  cache_dir=cache_dir, token=token,
+                                                  local_files_only=local_files_only, weights=False))
         try:
             found = find_tokenizer_files(path)  # which files, which casing: support/tokenizer_files.py
             if found.model_type == "bert":
