@@ -495,7 +495,7 @@ def test_local_files_only_reads_the_cache_and_asks_nothing(fake_hub, env, hf_hom
     assert len(fake_hub.requests) == asked
 
 
-def test_offline_a_tokenizer_never_downloaded_is_named_as_such_not_as_a_bad_copy(fake_hub, env, hf_home, tmp_path):
+def test_a_tokenizer_never_downloaded_or_never_there_is_named_as_such_not_as_a_bad_copy(fake_hub, env, hf_home, tmp_path):
     # What transformers' AutoModel leaves: the config and the weights, no tokenizer file.
     files = model_files(tmp_path / "original")
     folder = prepare_cache(hf_home, REPO_ID, {name: files[name] for name in ("config.json", "model.safetensors")})
@@ -505,6 +505,11 @@ def test_offline_a_tokenizer_never_downloaded_is_named_as_such_not_as_a_bad_copy
         f"tokenizer.json, spiece.model, spm.model, vocab.json): it was never downloaded, and HF_HUB_OFFLINE is set; "
         f"download it once with the network on (unset HF_HUB_OFFLINE), or give the path of a folder that holds it"])
     assert fake_hub.requests == []
+    fake_hub.add(REPO_ID, {name: files[name] for name in ("config.json", "model.safetensors")})
+    code, lines, _ = run_minibert(f"import minibert\nminibert.load_tokenizer({REPO_ID!r})", env)
+    assert (code, lines) == (1, [f"error: {REPO_ID}: the repository has no tokenizer file (vocab.txt, tokenizer.json, "
+                                 f"spiece.model, spm.model, vocab.json); give the path of a folder that holds the "
+                                 f"model's tokenizer"])                 # online: not a bad copy either
 
 
 def test_quiet_silences_the_hubs_progress_bars(fake_hub, env, tmp_path):

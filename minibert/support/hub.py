@@ -268,11 +268,14 @@ def download_from_hub(repo_id, revision=None, *, force_download=False, weights=T
                 # The folder's name is the commit: the file comes from the same version as the config.
                 huggingface_hub.snapshot_download(repo_id, revision=folder.name, allow_patterns=[chosen],
                                                   force_download=force_download, **where)
-        elif offline and not any((folder / name).is_file() for name in TOKENIZER_ONLY_FILES):
-            raise MiniBertError(f"{shown}: the Hugging Face cache ({folder}) has its config but no tokenizer file "
-                                f"({', '.join(TOKENIZER_ONLY_FILES)}): it was never downloaded, and {offline}; "
-                                f"download it once with the network on{unset(offline)}, or give the path of a "
-                                f"folder that holds it")
+        elif not any((folder / name).is_file() for name in TOKENIZER_ONLY_FILES):
+            if offline:
+                raise MiniBertError(f"{shown}: the Hugging Face cache ({folder}) has its config but no tokenizer file "
+                                    f"({', '.join(TOKENIZER_ONLY_FILES)}): it was never downloaded, and {offline}; "
+                                    f"download it once with the network on{unset(offline)}, or give the path of a "
+                                    f"folder that holds it")
+            raise MiniBertError(f"{shown}: the repository has no tokenizer file ({', '.join(TOKENIZER_ONLY_FILES)}); "
+                                f"give the path of a folder that holds the model's tokenizer")
     except MiniBertError:
         raise
     except Exception as e:  # huggingface_hub's errors, the network's and the disk's: one line each
