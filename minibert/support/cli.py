@@ -60,7 +60,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     Two things every script gets here, once: an argument list from Python may
     hold paths and numbers (`main(["--model", Path("runs/x"), "--steps", 10])`,
-    as a notebook writes it), which become the strings a shell would pass;
+    as a notebook writes it), which become the strings a shell would give;
     and --quiet also silences the downloads' progress bars (quiet_downloads)."""
 
     def parse_known_args(self, args=None, namespace=None):
@@ -84,7 +84,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def command_line_text(item, parser):
-    """One item of an argument list from Python as the shell would pass it."""
+    """One item of an argument list from Python as the shell would give it."""
     if isinstance(item, str):
         return item
     if isinstance(item, os.PathLike):
