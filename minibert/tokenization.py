@@ -283,7 +283,9 @@ def wordpiece_tokenizer(vocab_file, do_lower_case=True):
     return Tokenizer.from_vocab_file(vocab_file, do_lower_case)
 
 
-def load_tokenizer(name_or_path=None, *, force_download=False, revision=None):
+def load_tokenizer(name_or_path=None, *, force_download=False, revision=None, cache_dir=None, token=None,
+                   local_files_only=False):
     """The tokenizer of a model folder, a tokenizer file, or a model name (None:
     the bundled default model); the files and casing rules: FastTokenizer.load."""
-    return Tokenizer.load(name_or_path, force_download=force_download, revision=revision)
+    return Tokenizer.load(name_or_path, force_download=force_download, revision=revision, cache_dir=cache_dir,
+                          token=token, local_files_only=local_files_only)

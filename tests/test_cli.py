@@ -277,3 +277,44 @@ def test_a_full_disk_is_one_error_line_naming_what_was_not_written(toy, tmp_path
     assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), done.stderr[-2000:]
     assert not out.is_file() and not (out / "model.safetensors").exists() and not (out / "student.json").exists()
     assert [p.name for p in tmp_path.rglob(".*") if not p.name.endswith(".lock")] == []   # no temporary file left
+
+
+def test_an_argument_list_from_python_may_hold_paths_and_numbers(tmp_path):
+    parser = cli.ArgumentParser(prog="tool.py")
+    parser.add_argument("--model")
+    parser.add_argument("--steps", type=cli.positive_int)
+    parser.add_argument("--lr", type=cli.positive_float)
+    args = parser.parse_args(["--model", tmp_path / "model", "--steps", 3, "--lr", 0.5])
+    assert (args.model, args.steps, args.lr) == (str(tmp_path / "model"), 3, 0.5)
+    with pytest.raises(cli.UsageError, match=r"the argument list holds None \(NoneType\); expected strings, paths or "
+                                             r"numbers \(see tool.py --help\)"):
+        parser.parse_args(["--model", None])
+
+
+def test_a_script_main_takes_a_path_as_a_notebook_passes_it(tmp_path):
+    # get_model_path() in the notebook returns a Path: the script reads it as the folder it names.
+    import importlib.util
+    from helpers import REPO
+    from minibert.support.errors import MiniBertError
+    spec = importlib.util.spec_from_file_location("probe_script", REPO / "probe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(MiniBertError, match=re.escape(f"model {tmp_path / 'missing'}: no such file or folder")):
+        module.main(["--model", tmp_path / "missing"])
+
+
+def test_quiet_turns_the_download_progress_bars_off_until_the_script_returns():
+    from huggingface_hub.utils import are_progress_bars_disabled
+    parser = cli.ArgumentParser(prog="tool.py")
+    parser.add_argument("--quiet", action="store_true")
+    seen = []
+
+    @cli.script_main
+    def main(argv):
+        parser.parse_args(argv)
+        seen.append(are_progress_bars_disabled())
+
+    assert not are_progress_bars_disabled()
+    main(["--quiet"])
+    main([])
+    assert seen == [True, False] and not are_progress_bars_disabled()

@@ -618,3 +618,52 @@ def test_loading_errors(v3_folder, v1_folder, tmp_path):
     expect(broken, "merges.txt: does not fit vocab.json")
     (broken / "vocab.json").write_text(json.dumps({"[PAD]": 0, "[CLS]": 2}), encoding="utf-8")
     expect(broken, r"ids are not 0..1, each once")
+
+
+# ---------------------------------------------------------------------------
+# transformers 5's folders: tokenizer.json alone (no spm.model, no vocab.json)
+# ---------------------------------------------------------------------------
+
+def transformers5_folder(tokenizer, folder, model_type):
+    """`tokenizer` saved by transformers' save_pretrained, keeping only what
+    transformers 5 writes, beside the model's config.json."""
+    tokenizer.save_pretrained(str(folder))
+    for path in folder.iterdir():
+        if path.name not in ("tokenizer.json", "tokenizer_config.json"):
+            path.unlink()
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+    return folder
+
+
+def test_a_deberta_v3_tokenizer_json_alone_loads_with_transformers_ids(transformers, v3_folder, sp, tmp_path):
+    folder = transformers5_folder(transformers_v2(transformers, v3_folder, sp), tmp_path / "v3", "deberta-v2")
+    ours = load_tokenizer(folder)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert (ours.kind, ours.model_type, ours.vocab_size, ours.mask_id) == ("sentencepiece", "deberta-v2", 301, 300)
+    assert (ours.pad_id, ours.cls_id, ours.sep_id, ours.unk_id) == (0, 1, 2, 3)
+    for text in TEXTS + SPECIAL_TEXTS + random_texts(3, 200):
+        assert ours.encode(text).ids == theirs(text).input_ids, repr(text)
+    for a, b in zip(TEXTS, reversed(TEXTS)):
+        mine, reference = ours.encode(a, b), theirs(a, b, return_token_type_ids=True)
+        assert (mine.ids, mine.token_type_ids) == (reference.input_ids, reference.token_type_ids), (a, b)
+    from_spm = Tokenizer.deberta_v2(v3_folder / "spm.model")  # the same ids as from the spm.model it came from
+    assert all(ours.encode(text).ids == from_spm.encode(text).ids for text in TEXTS)
+
+
+def test_a_deberta_v1_tokenizer_json_alone_loads_with_transformers_ids(transformers, v1_folder, tmp_path):
+    folder = transformers5_folder(transformers_v1(transformers, v1_folder), tmp_path / "v1", "deberta")
+    ours = load_tokenizer(folder)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert (ours.kind, ours.model_type) == ("byte-level-bpe", "deberta")
+    assert (ours.pad_id, ours.cls_id, ours.sep_id, ours.unk_id, ours.mask_id) == (0, 1, 2, 3, ours.vocab_size - 1)
+    for text in TEXTS + NFKC_TEXTS + random_texts(4, 200):
+        assert ours.encode(text).ids == theirs(text).input_ids, repr(text)
+    assert ours.encode(TEXTS[3]).ids == load_tokenizer(v1_folder).encode(TEXTS[3]).ids
+
+
+def test_a_deberta_folder_without_its_tokenizer_names_spm_model_not_spiece_model(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "deberta-v2"}))
+    with pytest.raises(MiniBertError) as info:
+        load_tokenizer(tmp_path)
+    assert str(info.value) == (f"{tmp_path}: no tokenizer file found (config.json says deberta-v2, whose tokenizer "
+                               f"is spm.model or tokenizer.json)")

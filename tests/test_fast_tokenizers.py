@@ -343,3 +343,65 @@ def test_train_wordpiece(tmp_path):
 
     with pytest.raises(MiniBertError, match="does not exist"):
         Tokenizer.train_wordpiece([tmp_path / "missing.txt"], vocab_size=300)
+
+
+# ---------------------------------------------------------------------------
+# transformers 5's folders: tokenizer.json alone
+# ---------------------------------------------------------------------------
+
+def transformers5_folder(tokenizer, folder, keep=("tokenizer.json", "tokenizer_config.json")):
+    """`tokenizer` saved by transformers' save_pretrained, with only what
+    transformers 5 writes (an older transformers also writes spiece.model)."""
+    tokenizer.save_pretrained(str(folder))
+    for path in folder.iterdir():
+        if path.name not in keep:
+            path.unlink()
+    return folder
+
+
+@needs_transformers
+def test_an_albert_tokenizer_json_alone_loads_with_transformers_ids(albert, tmp_path):
+    _, _, hf = albert
+    folder = transformers5_folder(hf, tmp_path / "albert")
+    assert sorted(p.name for p in folder.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+    ours = load_tokenizer(folder)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert (ours.kind, ours.model_type, ours.vocab_size) == ("sentencepiece", "albert", 500)
+    assert (ours.pad_id, ours.unk_id, ours.cls_id, ours.sep_id, ours.mask_id) == (
+        theirs.pad_token_id, theirs.unk_token_id, theirs.cls_token_id, theirs.sep_token_id, theirs.mask_token_id)
+    hard = ALBERT_TEXTS + LATEX_QUOTE_TEXTS + LITERAL_SPECIALS + ["Ça coûte 1,024 €; naïve Ångström 中文字符",
+                                                                 "x" * 150, "Pneumonoultramicroscopicsilicovolcano"]
+    for text in hard:
+        assert ours.encode(text).ids == theirs(text).input_ids, repr(text)
+    for a, b in zip(hard, reversed(hard)):
+        mine, reference = ours.encode(a, b), theirs(a, b, return_token_type_ids=True)
+        assert (mine.ids, mine.token_type_ids) == (reference.input_ids, reference.token_type_ids), (a, b)
+    from_model_file = albert[0]                                 # minibert's own from spiece.model
+    assert all(ours.encode(text).ids == from_model_file.encode(text).ids for text in hard)
+    ours.save(tmp_path / "saved")                               # saved by minibert, read back the same
+    again = load_tokenizer(tmp_path / "saved")
+    assert again.model_type == "albert" and all(again.encode(text).ids == ours.encode(text).ids for text in hard)
+
+
+def test_a_tokenizer_json_of_another_kind_or_family_names_the_right_file(tmp_path):
+    import json
+    folder = tmp_path / "deberta"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "deberta-v2"}))
+    with pytest.raises(MiniBertError, match=r"no tokenizer file found \(config.json says deberta-v2, whose "
+                                            r"tokenizer is spm.model or tokenizer.json\)"):
+        load_tokenizer(folder)
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0}}}))
+    with pytest.raises(MiniBertError, match=r"tokenizer.json: model.type is 'WordPiece'; config.json says "
+                                            r"deberta-v2, whose tokenizer is Unigram \(spm.model or tokenizer.json\)"):
+        load_tokenizer(folder)
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "WordLevel", "vocab": {}}}))
+    (folder / "config.json").unlink()
+    with pytest.raises(MiniBertError, match=r"model.type is 'WordLevel'; minibert reads the tokenizer.json of a "
+                                            r"WordPiece \(BERT\), Unigram \(ALBERT, DeBERTa-v2/v3\) or BPE"):
+        load_tokenizer(folder)
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {}, "merges": []}}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "AlbertTokenizerFast"}))
+    with pytest.raises(MiniBertError, match=r"a BPE tokenizer, but .*tokenizer_config.json says albert, whose "
+                                            r"tokenizer is Unigram \(spiece.model\)"):
+        load_tokenizer(folder)

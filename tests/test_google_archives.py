@@ -138,6 +138,18 @@ def test_download_zip_then_cache_hit(server, cache):
     # A second call finds the cache and does not ask the server.
     assert resolve_model_dir(BERT_NAME) == folder
     assert download_archive(BERT_NAME) == folder
+    assert resolve_model_dir(BERT_NAME, local_files_only=True) == folder
+
+
+def test_local_files_only_and_cache_dir_for_an_archive(server, cache, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    with pytest.raises(MiniBertError) as info:
+        resolve_model_dir(BERT_NAME, cache_dir=elsewhere, local_files_only=True)
+    assert str(info.value) == (f"model {BERT_NAME!r} was never downloaded into {elsewhere} and local_files_only=True; "
+                               f"download it once with the network on, or give the path of a folder that holds it")
+    assert server.requests == []
+    folder = resolve_model_dir(BERT_NAME, cache_dir=elsewhere)
+    assert folder == elsewhere / BERT_FOLDER / "uncased_L-2_H-128_A-2" and not cache.exists()
     assert len(server.requests) == 1
 
 

@@ -401,7 +401,7 @@ def test_names_that_are_neither_paths_nor_ids(tmp_path, monkeypatch):
     with pytest.raises(MiniBertError) as info:
         resolve_model_dir("bert-huge-uncased")
     assert str(info.value).startswith("model 'bert-huge-uncased' is neither an existing file or folder nor a known "
-                                      "name or hub id; expected minibert-gutenberg, bert-base-uncased, ")
+                                      "name or hub id; expected minibert-gutenberg, bert-{base,large}-{uncased,cased}, ")
     with pytest.raises(MiniBertError, match="empty"):
         resolve_model_dir("")
     assert hub.HUB_ID.fullmatch("./runs/x") is None and hub.HUB_ID.fullmatch("a/b/c") is None
@@ -437,12 +437,89 @@ def test_a_bad_cached_copy_names_the_cache_and_force_download_replaces_it(fake_h
 
 
 def test_short_names_map_to_the_repositories_of_the_same_weights():
-    assert len(SHORT_NAMES) == 3 + 24 + 4
+    # The 15 legacy BERT names and 8 ALBERT names the hub redirects, and the 24 small BERTs.
+    assert len(SHORT_NAMES) == 15 + 24 + 8
     assert SHORT_NAMES["bert-base-cased"] == "google-bert/bert-base-cased"
+    assert SHORT_NAMES["bert-large-cased"] == "google-bert/bert-large-cased"
+    assert SHORT_NAMES["bert-base-multilingual-cased"] == "google-bert/bert-base-multilingual-cased"
+    assert SHORT_NAMES["bert-base-chinese"] == "google-bert/bert-base-chinese"
+    assert SHORT_NAMES["bert-large-uncased-whole-word-masking-finetuned-squad"] == \
+        "google-bert/bert-large-uncased-whole-word-masking-finetuned-squad"
     assert SHORT_NAMES["bert-uncased-L-4-H-512"] == "google/bert_uncased_L-4_H-512_A-8"
+    assert SHORT_NAMES["albert-base-v1"] == "albert/albert-base-v1"
     assert SHORT_NAMES["albert-xxlarge-v2"] == "albert/albert-xxlarge-v2"
     names = hub.known_model_names()
-    assert names[0] == "minibert-gutenberg" and "tf:bert-base-uncased" in names and len(names) == 1 + 31 + 31
+    assert names[0] == "minibert-gutenberg" and "tf:bert-base-uncased" in names and len(names) == 1 + 47 + 31
+
+
+@pytest.mark.parametrize("name, repo_id", [("bert-large-cased", "google-bert/bert-large-cased"),
+                                           ("bert-base-chinese", "google-bert/bert-base-chinese"),
+                                           ("albert-base-v1", "albert/albert-base-v1")])
+def test_a_legacy_name_is_fetched_from_the_repository_it_moved_to(name, repo_id, fake_hub, env, hf_home, tmp_path):
+    commit = fake_hub.add(repo_id, model_files(tmp_path / "original"))
+    assert resolve(name, env) == snapshot(hf_home, repo_id, commit)
+    assert {path.split("/resolve/")[0] for _, path, _ in fake_hub.requests if "/resolve/" in path} == {f"/{repo_id}"}
+
+
+# ---------------------------------------------------------------------------
+# huggingface_hub's keyword arguments: cache_dir, token, local_files_only
+# ---------------------------------------------------------------------------
+
+def test_cache_dir_and_token_are_passed_to_the_hub(fake_hub, env, hf_home, tmp_path):
+    commit = fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    fake_hub.private[REPO_ID] = "hf_secret"
+    cache = tmp_path / "my-cache"
+    code, lines, _ = run_minibert(
+        f"import minibert\n"
+        f"model = minibert.load_pretrained({REPO_ID!r}, cache_dir={str(cache)!r}, token='hf_secret')\n"
+        f"print(model.source_dir)\n"
+        f"print(minibert.load_tokenizer({REPO_ID!r}, cache_dir={str(cache)!r}, token='hf_secret').tokenize('the cat'))",
+        env)
+    folder = cache / f"models--{REPO_ID.replace('/', '--')}" / "snapshots" / commit
+    assert (code, lines) == (0, [str(folder), "['the', 'cat']"])
+    assert not (hf_home / "hub").exists()                        # nothing in the default cache
+    assert {authorization for _, _, authorization in fake_hub.requests} == {"Bearer hf_secret"}
+
+
+def test_local_files_only_reads_the_cache_and_asks_nothing(fake_hub, env, hf_home, tmp_path):
+    commit = fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    assert resolve(REPO_ID, env) == snapshot(hf_home, REPO_ID, commit)
+    asked = len(fake_hub.requests)
+    code, lines, _ = run_minibert(f"print(resolve_model_dir({REPO_ID!r}, local_files_only=True))\n"
+                                  f"resolve_model_dir('someone/elsewhere', local_files_only=True)", env)
+    assert code == 1 and lines == [
+        str(snapshot(hf_home, REPO_ID, commit)),
+        f"error: model 'someone/elsewhere' is neither an existing file or folder nor in the Hugging Face cache "
+        f"({hf_home / 'hub'}), and local_files_only=True; download it once with the network on, or give the path "
+        f"of a folder that holds it"]
+    assert len(fake_hub.requests) == asked
+
+
+def test_a_tokenizer_never_downloaded_or_never_there_is_named_as_such_not_as_a_bad_copy(fake_hub, env, hf_home, tmp_path):
+    # What transformers' AutoModel leaves: the config and the weights, no tokenizer file.
+    files = model_files(tmp_path / "original")
+    folder = prepare_cache(hf_home, REPO_ID, {name: files[name] for name in ("config.json", "model.safetensors")})
+    code, lines, _ = run_minibert(f"import minibert\nminibert.load_tokenizer({REPO_ID!r})", env, HF_HUB_OFFLINE="1")
+    assert (code, lines) == (1, [
+        f"error: {REPO_ID}: the Hugging Face cache ({folder}) has its config but no tokenizer file (vocab.txt, "
+        f"tokenizer.json, spiece.model, spm.model, vocab.json): it was never downloaded, and HF_HUB_OFFLINE is set; "
+        f"download it once with the network on (unset HF_HUB_OFFLINE), or give the path of a folder that holds it"])
+    assert fake_hub.requests == []
+    fake_hub.add(REPO_ID, {name: files[name] for name in ("config.json", "model.safetensors")})
+    code, lines, _ = run_minibert(f"import minibert\nminibert.load_tokenizer({REPO_ID!r})", env)
+    assert (code, lines) == (1, [f"error: {REPO_ID}: the repository has no tokenizer file (vocab.txt, tokenizer.json, "
+                                 f"spiece.model, spm.model, vocab.json); give the path of a folder that holds the "
+                                 f"model's tokenizer"])                 # online: not a bad copy either
+
+
+def test_quiet_silences_the_hubs_progress_bars(fake_hub, env, tmp_path):
+    fake_hub.add(REPO_ID, model_files(tmp_path / "original"))
+    fake_hub.add("someone/other", model_files(tmp_path / "other"))
+    parse = ("from minibert.support.cli import ArgumentParser\nparser = ArgumentParser()\n"
+             "parser.add_argument('--quiet', action='store_true')\n")
+    _, _, loud = run_minibert(parse + f"parser.parse_args([])\nresolve_model_dir({REPO_ID!r})", env)
+    _, _, quiet = run_minibert(parse + "parser.parse_args(['--quiet'])\nresolve_model_dir('someone/other')", env)
+    assert "Fetching" in loud and quiet == ""
 
 
 def test_paths_and_the_bundled_model(tmp_path, monkeypatch):

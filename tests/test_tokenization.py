@@ -515,16 +515,18 @@ def test_load_by_name_goes_through_the_hub(tmp_path, monkeypatch):
     write_vocab(tmp_path / "resolved", UNCASED_TOKENS)
     asked = []
 
-    def resolve_model_dir(name_or_path, force_download=False, revision=None, weights=True):
-        asked.append((name_or_path, revision, weights))
+    def resolve_model_dir(name_or_path, force_download=False, revision=None, cache_dir=None, token=None,
+                          local_files_only=False, weights=True):
+        asked.append((name_or_path, revision, weights, cache_dir, token, local_files_only))
         return tmp_path / "resolved"
 
     fake_hub = types.ModuleType("minibert.support.hub")
     fake_hub.resolve_model_dir = resolve_model_dir
     monkeypatch.setitem(sys.modules, "minibert.support.hub", fake_hub)
     assert load_tokenizer("some-model-name").tokenize("hello worlds") == ["hello", "world", "##s"]
-    assert load_tokenizer(None, revision="v2").kind == "wordpiece"
-    assert asked == [("some-model-name", None, False), (None, "v2", False)]  # a tokenizer needs no weights
+    assert load_tokenizer(None, revision="v2", cache_dir="c", token="t", local_files_only=True).kind == "wordpiece"
+    assert asked == [("some-model-name", None, False, None, None, False),   # a tokenizer needs no weights
+                     (None, "v2", False, "c", "t", True)]                 # huggingface_hub's arguments, as given
 
 
 def test_loading_errors(tmp_path):

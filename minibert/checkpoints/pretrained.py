@@ -53,7 +53,8 @@ DEBERTA_TOKENIZER_FILES = ("spm.model", "vocab.json", "merges.txt", "tokenizer_c
                            "special_tokens_map.json")
 
 
-def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, force_download=False, revision=None):
+def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, force_download=False, revision=None,
+                    cache_dir=None, token=None, local_files_only=False):
     """Return a BertModel, or a DebertaModel for a DeBERTa folder, (in eval
     mode) from a folder, a file inside one, a Hugging Face hub id ("owner/name",
     "owner/name@revision"), a known name, or None for the bundled default
@@ -61,9 +62,11 @@ def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, fo
     `load_report` says what was loaded and skipped; `source_dir` is the folder.
     `force_download=True` downloads a hub id or Google archive again (e.g.
     after an error saying the cached copy is bad); `revision` picks a hub
-    id's branch, tag or commit."""
+    id's branch, tag or commit; `cache_dir`, `token` and `local_files_only`
+    go to huggingface_hub as they are (hub.py)."""
     from minibert.support.hub import explain_cache_error, resolve_model_dir
-    folder = Path(resolve_model_dir(name_or_path, force_download=force_download, revision=revision))
+    folder = Path(resolve_model_dir(name_or_path, force_download=force_download, revision=revision,
+                                    cache_dir=cache_dir, token=token, local_files_only=local_files_only))
 
     try:
         google_config = next((folder / n for n in GOOGLE_CONFIG_FILES if (folder / n).is_file()), None)

@@ -56,7 +56,21 @@ class UsageError(MiniBertError):
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, whose errors `run` reports (usage line, `error:` line, exit 2).
-    A script calls parser.error(message) for flags that do not go together."""
+    A script calls parser.error(message) for flags that do not go together.
+
+    Two things every script gets here, once: an argument list from Python may
+    hold paths and numbers (`main(["--model", Path("runs/x"), "--steps", 10])`,
+    as a notebook writes it), which become the strings a shell would give;
+    and --quiet also silences the downloads' progress bars (quiet_downloads)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        if args is not None:
+            args = [command_line_text(item, self) for item in
+                    ([args] if isinstance(args, (str, os.PathLike)) else args)]
+        parsed, extras = super().parse_known_args(args, namespace)
+        if getattr(parsed, "quiet", False) is True:
+            quiet_downloads()
+        return parsed, extras
 
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)", self.format_usage())
@@ -69,6 +83,41 @@ class ArgumentParser(argparse.ArgumentParser):
         raise ParserExit(status)
 
 
+def command_line_text(item, parser):
+    """One item of an argument list from Python as the shell would give it."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, os.PathLike):
+        return os.fspath(item)
+    if isinstance(item, (int, float)) and not isinstance(item, bool):
+        return str(item)
+    parser.error(f"the argument list holds {item!r} ({type(item).__name__}); expected strings, paths or numbers")
+
+
+# Whether quiet_downloads turned huggingface_hub's progress bars off (and
+# script_main must turn them on again when the script returns).
+_progress_bars_turned_off = False
+
+
+def quiet_downloads():
+    """--quiet: huggingface_hub's progress bars off ("Fetching N files", each
+    file's download), and with them minibert's archive downloader's
+    (hub.progress_bars_on), until the script's main returns."""
+    global _progress_bars_turned_off
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+    if not are_progress_bars_disabled():
+        disable_progress_bars()
+        _progress_bars_turned_off = True
+
+
+def restore_progress_bars():
+    global _progress_bars_turned_off
+    if _progress_bars_turned_off:
+        from huggingface_hub.utils import enable_progress_bars
+        enable_progress_bars()
+        _progress_bars_turned_off = False
+
+
 class ParserExit(SystemExit):
     """argparse has finished the run by itself (--help): a SystemExit, so code
     that does not know it still exits as argparse does."""
@@ -78,8 +127,9 @@ def script_main(main):
     """Make a script's main(argv) callable from Python (a notebook, a test):
     it returns its exit status (0 after --help) instead of exiting, and
     releases the --output locks it took (support/folders.lock_output), so the
-    next call in the same process may write the same folder. Errors stay
-    exceptions: `run` is the one place that turns them into exit statuses."""
+    next call in the same process may write the same folder, and turns the
+    progress bars that --quiet silenced on again. Errors stay exceptions:
+    `run` is the one place that turns them into exit statuses."""
     @functools.wraps(main)
     def called(argv=None):
         from minibert.support.folders import release_locks
@@ -89,6 +139,7 @@ def script_main(main):
             return e.code
         finally:
             release_locks()
+            restore_progress_bars()
     return called
 
 

@@ -89,8 +89,8 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 from minibert.support.errors import MiniBertError
 from minibert.support.sentencepiece_model import SPM_CONTROL, SPM_UNKNOWN, read_model_file
 from minibert.support.tokenizer_files import (check_added_tokens, check_fits_model, check_same_vocabulary,
-                                              find_tokenizer_files, read_bpe_vocab, read_merges, read_vocab,
-                                              write_tokenizer_files)
+                                              find_tokenizer_files, read_bpe_vocab, read_merges, read_tokenizer_config,
+                                              read_vocab, write_tokenizer_files)
 
 # Google's WordPiece gives up on words longer than 200 characters (one [UNK]);
 # transformers and `tokenizers` use 100. We follow transformers, so that ids
@@ -385,21 +385,59 @@ class FastTokenizer:
         return cls(backend, "byte-level-bpe", False, pad_token="[PAD]", unk_token="[UNK]",
                    model_type="deberta", files=files)
 
+    # ---- transformers 5's folders: a Unigram or BPE tokenizer.json alone ------
+
+    @classmethod
+    def from_tokenizer_json(cls, found):
+        """ALBERT, DeBERTa-v2/v3 or DeBERTa v1 from a tokenizer.json alone (as
+        transformers 5 saves them), `found` saying which (TokenizerFiles).
+
+        The pipeline is the file's own, run by `tokenizers` as transformers 5
+        runs it (AutoTokenizer is that same pipeline), so ids equal
+        transformers'; only the post-processor is BERT's (ours), [CLS] A [SEP]
+        B [SEP] with token types 0 then 1, which is what transformers' own
+        files hold for these families too. The special tokens are tokenizer_config.json's
+        (pad_token, ...), by default the family's ones, and must be in the file."""
+        path = found.file
+        try:
+            backend = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as e:  # `tokenizers` raises plain Exceptions for what it cannot read
+            raise MiniBertError(f"{path}: `tokenizers` cannot read it ({str(e).splitlines()[0] if str(e) else e})") \
+                from None
+        config = read_tokenizer_config(found.folder)
+        defaults = (dict(pad="<pad>", unk="<unk>") if found.model_type == "albert" else
+                    dict(pad="[PAD]", unk="[UNK]"))
+        tokens = {name: config.get(f"{name}_token", defaults.get(name, f"[{name.upper()}]"))
+                  for name in ("pad", "unk", "cls", "sep", "mask")}
+        for name, token in tokens.items():
+            if isinstance(token, dict):  # transformers writes an AddedToken as {"content": ...}
+                tokens[name] = token = token.get("content")
+            if not isinstance(token, str) or backend.token_to_id(token) is None:
+                raise MiniBertError(f"{path}: has no {name} token {token!r} (a {found.model_type} tokenizer needs "
+                                    f"its pad, unk, cls, sep and mask tokens)")
+        backend.post_processor = _bert_post_processor(backend, tokens["cls"], tokens["sep"])
+        return cls(backend, found.kind, found.do_lower_case, pad_token=tokens["pad"], unk_token=tokens["unk"],
+                   cls_token=tokens["cls"], sep_token=tokens["sep"], mask_token=tokens["mask"],
+                   model_type=found.model_type, split_by_punct=found.split_by_punct)
+
     # ---- loading the tokenizer a folder holds --------------------------------
 
     @classmethod
-    def load(cls, name_or_path=None, *, force_download=False, revision=None):
+    def load(cls, name_or_path=None, *, force_download=False, revision=None, cache_dir=None, token=None,
+             local_files_only=False):
         """The tokenizer of a model folder, a tokenizer file, or a model name.
 
         name_or_path: a folder holding vocab.txt, spiece.model, 30k-clean.model,
-        assets/*.model (TF-Hub) or tokenizer.json (WordPiece only); or a DeBERTa
+        assets/*.model (TF-Hub) or tokenizer.json (WordPiece; or Unigram or BPE,
+        as transformers 5 saves ALBERT and DeBERTa: from_tokenizer_json); or a DeBERTa
         folder: spm.model with a config.json whose model_type is "deberta-v2" or a
         tokenizer_config.json naming DebertaV2Tokenizer (v2/v3), vocab.json +
         merges.txt (v1); a path to one such file; or a name (or None for the
         bundled default model) that minibert.support.hub resolves to a folder:
         for a Hugging Face hub id, its config and tokenizer files only, never its
         weights. force_download=True downloads a hub id or Google archive again;
-        revision picks a hub id's branch, tag or commit.
+        revision picks a hub id's branch, tag or commit; cache_dir, token and
+        local_files_only go to huggingface_hub as they are (support/hub.py).
 
         DeBERTa-v2/v3 reads do_lower_case and split_by_punct from
         tokenizer_config.json (both false when absent, as in the released models);
@@ -421,10 +459,13 @@ class FastTokenizer:
             from minibert.support.hub import resolve_model_dir
             name = None if name_or_path is None else str(name_or_path)
             path = pathlib.Path(resolve_model_dir(name, force_download=force_download, revision=revision,
-                                                  weights=False))
+                                                  cache_dir=cache_dir, token=token,
+                                                  local_files_only=local_files_only, weights=False))
         try:
             found = find_tokenizer_files(path)  # which files, which casing: support/tokenizer_files.py
-            if found.model_type == "bert":
+            if found.whole_pipeline:            # a tokenizer.json of its own (transformers 5's folders)
+                tokenizer = check_added_tokens(found.folder, cls.from_tokenizer_json(found))
+            elif found.model_type == "bert":
                 tokenizer = cls.from_vocab(found.vocab, found.do_lower_case, source=str(found.file))
             elif found.model_type == "albert":
                 tokenizer = cls.albert(found.file, do_lower_case=found.do_lower_case)

@@ -10,10 +10,13 @@ uses. It tries, in this order:
 * "tf:<name>", e.g. "tf:bert-base-uncased": Google's original TensorFlow
   release archive, downloaded by minibert's own small downloader
   (google_archives.py), because reading it is part of the checkpoint lesson;
-* a short name, e.g. "bert-base-uncased", "bert-uncased-L-2-H-128",
-  "albert-base-v2": the Hugging Face repository holding the same weights
-  ("google-bert/bert-base-uncased", "google/bert_uncased_L-2_H-128_A-2",
-  "albert/albert-base-v2"; SHORT_NAMES), fetched as a hub id;
+* a short name, e.g. "bert-base-uncased", "bert-large-cased",
+  "bert-base-chinese", "bert-uncased-L-2-H-128", "albert-base-v1": the Hugging
+  Face repository holding the same weights ("google-bert/bert-base-uncased",
+  "google/bert_uncased_L-2_H-128_A-2", "albert/albert-base-v1"; SHORT_NAMES),
+  fetched as a hub id. These are the names transformers also resolves: the
+  hub redirects each legacy name of a BERT or ALBERT model to the
+  repository it moved to, and SHORT_NAMES holds the same table;
 * a hub id "owner/name", with a revision (branch, tag or commit hash) as
   "owner/name@revision" or `revision=`: fetched by `huggingface_hub`.
 
@@ -32,9 +35,23 @@ repository has it, else pytorch_model.bin; never both, and never the
 TensorFlow, Flax or ONNX copies many repositories also hold. A tokenizer
 alone (`weights=False`, as load_tokenizer asks) downloads no weights.
 
-Offline. With HF_HUB_OFFLINE set (1, true, yes or on), only the cache is
-read (`local_files_only=True`): a model that is not there is a one-line
-error saying so, never a request to the network.
+Keyword arguments, as huggingface_hub's own functions take them:
+`revision`, `cache_dir` (the cache folder instead of $HF_HUB_CACHE; for a
+"tf:" name, minibert's archive cache instead of $MINIBERT_CACHE), `token`
+(instead of HF_TOKEN) and `local_files_only` (read the cache only, as
+HF_HUB_OFFLINE does, for this call alone). A path or the bundled model
+needs none of them and ignores the last three.
+
+Offline. With HF_HUB_OFFLINE set (1, true, yes or on) or
+local_files_only=True, only the cache is read: a model that is not there
+is a one-line error saying so, and a file that is not there (the tokenizer
+of a model whose weights alone were fetched) is named as never downloaded;
+neither asks the network anything.
+
+Progress bars. huggingface_hub's own switch (HF_HUB_DISABLE_PROGRESS_BARS,
+or `huggingface_hub.utils.disable_progress_bars()`, which a script's
+--quiet turns on: support/cli.py) governs its progress bars and those of minibert's
+archive downloader alike.
 """
 
 import os
@@ -55,6 +72,8 @@ BUNDLED_MODEL_DIR = Path(__file__).parent.parent / "pretrained" / "minibert-gute
 CONFIG_AND_TOKENIZER_FILES = ["config.json", "tokenizer_config.json", "tokenizer.json", "special_tokens_map.json",
                               "added_tokens.json", "vocab.txt", "spiece.model", "spm.model", "vocab.json",
                               "merges.txt"]
+# The files that hold a tokenizer's vocabulary: a cached model has at least one.
+TOKENIZER_ONLY_FILES = ["vocab.txt", "tokenizer.json", "spiece.model", "spm.model", "vocab.json"]
 # The weights, in order of preference: minibert's own safetensors reader
 # first, then torch.load. One unsharded file: minibert reads no shard index.
 WEIGHTS_FILES = ["model.safetensors", "pytorch_model.bin"]
@@ -66,22 +85,32 @@ HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<rev
 
 def short_names():
     """The names BERT and ALBERT were released under -> the Hugging Face
-    repository holding the same weights. Each name's Google archive stays
-    reachable as "tf:<name>"."""
-    names = {f"bert-{kind}": f"google-bert/bert-{kind}" for kind in ("base-uncased", "base-cased", "large-uncased")}
+    repository holding the same weights. The legacy names are those
+    transformers resolves (the hub redirects each to the repository it moved
+    to); the small BERTs' names are minibert's own, as their Google
+    archives are named. A name with a Google archive stays reachable as
+    "tf:<name>"."""
+    bert = ["base-uncased", "large-uncased", "base-cased", "large-cased", "base-multilingual-uncased",
+            "base-multilingual-cased", "base-chinese", "base-german-cased", "large-uncased-whole-word-masking",
+            "large-cased-whole-word-masking", "large-uncased-whole-word-masking-finetuned-squad",
+            "large-cased-whole-word-masking-finetuned-squad", "base-cased-finetuned-mrpc",
+            "base-german-dbmdz-cased", "base-german-dbmdz-uncased"]
+    names = {f"bert-{kind}": f"google-bert/bert-{kind}" for kind in bert}
     for layers in (2, 4, 6, 8, 10, 12):  # "Well-Read Students Learn Better": A = H / 64 heads
         for hidden in (128, 256, 512, 768):
             names[f"bert-uncased-L-{layers}-H-{hidden}"] = f"google/bert_uncased_L-{layers}_H-{hidden}_A-{hidden // 64}"
-    for size in ("base", "large", "xlarge", "xxlarge"):
-        names[f"albert-{size}-v2"] = f"albert/albert-{size}-v2"
+    for version in ("v1", "v2"):
+        for size in ("base", "large", "xlarge", "xxlarge"):
+            names[f"albert-{size}-{version}"] = f"albert/albert-{size}-{version}"
     return names
 
 
 SHORT_NAMES = short_names()
 
 # How error messages list the names, without spelling out all 24 small BERTs.
-KNOWN_NAMES_SHORT = (f"{BUNDLED_MODEL_NAME}, bert-base-uncased, bert-base-cased, bert-large-uncased, "
-                     "bert-uncased-L-{2,4,6,8,10,12}-H-{128,256,512,768}, albert-{base,large,xlarge,xxlarge}-v2, "
+KNOWN_NAMES_SHORT = (f"{BUNDLED_MODEL_NAME}, bert-{{base,large}}-{{uncased,cased}}, bert-base-multilingual-cased, "
+                     "bert-base-chinese (and the other legacy names transformers resolves), "
+                     "bert-uncased-L-{2,4,6,8,10,12}-H-{128,256,512,768}, albert-{base,large,xlarge,xxlarge}-{v1,v2}, "
                      f"any Hugging Face hub id (owner/name), or {ARCHIVE_NAMES_SHORT}")
 
 
@@ -101,14 +130,16 @@ def bundled_model_dir():
 # Resolving a name or path
 # ---------------------------------------------------------------------------
 
-def resolve_model_dir(name_or_path, *, force_download=False, revision=None, weights=True):
+def resolve_model_dir(name_or_path, *, force_download=False, revision=None, cache_dir=None, token=None,
+                      local_files_only=False, weights=True):
     """Turn what the user typed into the folder holding the model's files.
 
     `force_download=True` downloads a hub id or a Google archive again (e.g.
     after an error saying the cached copy is bad); it does nothing for a path
     or the bundled model, which minibert never downloaded. `revision` picks
-    a hub id's branch, tag or commit. `weights=False` fetches a hub model's
-    config and tokenizer only.
+    a hub id's branch, tag or commit. `cache_dir`, `token` and
+    `local_files_only` are huggingface_hub's (see the module docstring).
+    `weights=False` fetches a hub model's config and tokenizer only.
     """
     if name_or_path is None or name_or_path == BUNDLED_MODEL_NAME:
         refuse_revision(revision, BUNDLED_MODEL_NAME)
@@ -125,7 +156,8 @@ def resolve_model_dir(name_or_path, *, force_download=False, revision=None, weig
         return path if path.is_dir() else path.parent
     if text.startswith(ARCHIVE_PREFIX):
         refuse_revision(revision, text)
-        return download_archive(text, force_download=force_download)
+        return archive_dir(text, force_download=force_download, cache_dir=cache_dir,
+                           local_files_only=local_files_only)
     why = reads_as_path(text)
     if why and text not in SHORT_NAMES:
         raise MiniBertError(f"model {text}: no such file or folder (read as a path: {why}; a hub id is "
@@ -138,7 +170,34 @@ def resolve_model_dir(name_or_path, *, force_download=False, revision=None, weig
         raise MiniBertError(f"model {text!r} names revision {match['revision']!r} but revision={revision!r} "
                             f"was given; give one of them")
     return download_from_hub(match["repo"], match["revision"] or revision, force_download=force_download,
-                             weights=weights, typed=text)
+                             weights=weights, typed=text, cache_dir=cache_dir, token=token,
+                             local_files_only=local_files_only)
+
+
+def archive_dir(name, *, force_download, cache_dir, local_files_only):
+    """A Google archive's folder through minibert's downloader, which shows
+    its progress unless huggingface_hub's progress bars are off (progress_bars_on);
+    local_files_only=True: only if it is in the cache already."""
+    from minibert.support.google_archives import default_cache_dir
+    if local_files_only:
+        short = name[len(ARCHIVE_PREFIX):]
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        if short in archive_names_bare() and not (cache / short).is_dir():
+            raise MiniBertError(f"model {name!r} was never downloaded into {cache} and local_files_only=True; "
+                                f"download it once with the network on, or give the path of a folder that holds it")
+    return download_archive(name, force_download=force_download, cache_dir=cache_dir,
+                            progress=progress_bars_on())
+
+
+def archive_names_bare():
+    return {name[len(ARCHIVE_PREFIX):] for name in archive_names()}
+
+
+def progress_bars_on():
+    """huggingface_hub's switch for progress bars (HF_HUB_DISABLE_PROGRESS_BARS,
+    disable_progress_bars()), which minibert's own downloads follow too."""
+    from huggingface_hub.utils import are_progress_bars_disabled
+    return not are_progress_bars_disabled()
 
 
 def reads_as_path(text):
@@ -175,10 +234,13 @@ def hub_offline():
     return constants.HF_HUB_OFFLINE or value in ("1", "ON", "YES", "TRUE")
 
 
-def download_from_hub(repo_id, revision=None, *, force_download=False, weights=True, typed=None):
+def download_from_hub(repo_id, revision=None, *, force_download=False, weights=True, typed=None, cache_dir=None,
+                      token=None, local_files_only=False):
     """The snapshot folder of `repo_id` at `revision` (default: the main
-    branch) in the Hugging Face cache, with config.json, the tokenizer files
-    and (if `weights`) one weights file, downloading what is missing.
+    branch) in the Hugging Face cache (`cache_dir`, default $HF_HUB_CACHE),
+    with config.json, the tokenizer files and (if `weights`) one weights
+    file, downloading what is missing; `token` and `local_files_only` are
+    passed to huggingface_hub as they are.
 
     Two calls of snapshot_download: the small files first, which also says
     which commit `revision` is (the snapshot folder's name); then the one
@@ -187,33 +249,43 @@ def download_from_hub(repo_id, revision=None, *, force_download=False, weights=T
     """
     import huggingface_hub  # here, not at the top: only hub ids need it
     shown = repo_id if revision is None else f"{repo_id}@{revision}"
-    offline = hub_offline()
+    # Why only the cache may be read, for the messages; None when the network may be used.
+    offline = "local_files_only=True" if local_files_only else "HF_HUB_OFFLINE is set" if hub_offline() else None
+    where = dict(cache_dir=cache_dir, token=token, library_name="minibert")
     try:
         # Offline, ask the cache for config.json alone: huggingface_hub would
         # call the snapshot incomplete if a tokenizer file the repository
         # has were missing, though another tokenizer file may be all we read.
         folder = Path(huggingface_hub.snapshot_download(
             repo_id, revision=revision, allow_patterns=["config.json"] if offline else CONFIG_AND_TOKENIZER_FILES,
-            local_files_only=offline, force_download=force_download, library_name="minibert"))
+            local_files_only=offline is not None, force_download=force_download, **where))
         if not (folder / "config.json").is_file():
             raise MiniBertError(f"{shown}: the repository has no config.json; minibert reads Hugging Face "
                                 f"models with config.json and model.safetensors or pytorch_model.bin")
         if weights:
-            chosen = weights_file(repo_id, folder, offline)
+            chosen = weights_file(repo_id, folder, offline, token)
             if chosen is None:
                 raise no_weights(shown, folder, offline)
             if force_download or not (folder / chosen).is_file():
                 # The folder's name is the commit: the file comes from the same version as the config.
                 huggingface_hub.snapshot_download(repo_id, revision=folder.name, allow_patterns=[chosen],
-                                                  force_download=force_download, library_name="minibert")
+                                                  force_download=force_download, **where)
+        elif not any((folder / name).is_file() for name in TOKENIZER_ONLY_FILES):
+            if offline:
+                raise MiniBertError(f"{shown}: the Hugging Face cache ({folder}) has its config but no tokenizer file "
+                                    f"({', '.join(TOKENIZER_ONLY_FILES)}): it was never downloaded, and {offline}; "
+                                    f"download it once with the network on{unset(offline)}, or give the path of a "
+                                    f"folder that holds it")
+            raise MiniBertError(f"{shown}: the repository has no tokenizer file ({', '.join(TOKENIZER_ONLY_FILES)}); "
+                                f"give the path of a folder that holds the model's tokenizer")
     except MiniBertError:
         raise
     except Exception as e:  # huggingface_hub's errors, the network's and the disk's: one line each
-        raise hub_error(shown, repo_id, revision, e, offline, typed or shown) from None
+        raise hub_error(shown, repo_id, revision, e, offline, typed or shown, cache_dir) from None
     return folder
 
 
-def weights_file(repo_id, folder, offline):
+def weights_file(repo_id, folder, offline, token=None):
     """Which weights file to read from the snapshot `folder`, or None.
 
     One already in the cache is used as it is (transformers may have put it
@@ -226,20 +298,25 @@ def weights_file(repo_id, folder, offline):
             return name
     if offline:
         return None
-    listed = {entry.rfilename for entry in huggingface_hub.model_info(repo_id, revision=folder.name).siblings}
+    listed = {entry.rfilename for entry in huggingface_hub.model_info(repo_id, revision=folder.name, token=token).siblings}
     return next((name for name in WEIGHTS_FILES if name in listed), None)
 
 
 def no_weights(shown, folder, offline):
     if offline:
         return MiniBertError(f"{shown}: the Hugging Face cache has its config but no model.safetensors or "
-                             f"pytorch_model.bin ({folder}) and HF_HUB_OFFLINE is set; download it once with "
-                             f"the network on (unset HF_HUB_OFFLINE), or give the path of a folder that holds it")
+                             f"pytorch_model.bin ({folder}): it was never downloaded, and {offline}; download it "
+                             f"once with the network on{unset(offline)}, or give the path of a folder that holds it")
     return MiniBertError(f"{shown}: the repository has neither model.safetensors nor pytorch_model.bin; "
                          f"minibert reads one unsharded checkpoint in either format")
 
 
-def hub_error(shown, repo_id, revision, error, offline, typed):
+def unset(offline):
+    """How to turn the network on again, for an offline message."""
+    return " (unset HF_HUB_OFFLINE)" if offline == "HF_HUB_OFFLINE is set" else ""
+
+
+def hub_error(shown, repo_id, revision, error, offline, typed, cache_dir=None):
     """The one-line MiniBertError for what huggingface_hub raised.
 
     huggingface_hub's own messages span several lines and speak of its
@@ -247,7 +324,7 @@ def hub_error(shown, repo_id, revision, error, offline, typed):
     what it expected, and what to do.
     """
     from huggingface_hub import constants, utils as errors  # utils: where every version keeps the errors
-    endpoint, cache = constants.ENDPOINT, constants.HF_HUB_CACHE
+    endpoint, cache = constants.ENDPOINT, cache_dir or constants.HF_HUB_CACHE
     login = "set HF_TOKEN (or run `hf auth login`)"
     if isinstance(error, errors.GatedRepoError):
         message = (f"{shown} is a gated model: accept its terms at {endpoint}/{repo_id}, then {login}")
@@ -259,7 +336,7 @@ def hub_error(shown, repo_id, revision, error, offline, typed):
                    f"branch, a tag or a commit hash")
     elif offline and isinstance(error, FileNotFoundError):  # LocalEntryNotFoundError is one too
         message = (f"model {typed!r} is neither an existing file or folder nor in the Hugging Face cache ({cache}), "
-                   f"and HF_HUB_OFFLINE is set; download it once with the network on (unset HF_HUB_OFFLINE), or "
+                   f"and {offline}; download it once with the network on{unset(offline)}, or "
                    f"give the path of a folder that holds it")
     elif isinstance(error, errors.LocalEntryNotFoundError):
         # Not cached, and the hub did not answer (its error is the cause) or answered with an error.

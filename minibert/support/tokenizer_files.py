@@ -4,6 +4,13 @@ here or in a TF-Hub module's assets/), reading and checking them, deciding the
 casing from what the folder says, and writing them back in Hugging Face
 layout. support/fast_tokenizers.py builds the tokenizer from what
 `find_tokenizer_files` returns; nothing here cuts text into tokens.
+
+transformers 5 saves a tokenizer as tokenizer.json alone, for every family
+(no vocab.txt, spiece.model or spm.model beside it). Such a file is read by
+its model type: WordPiece is BERT's (minibert reads its vocabulary and
+assembles BERT's pipeline), Unigram is ALBERT's or DeBERTa-v2/v3's (the
+folder's config says which), BPE is DeBERTa v1's; the last two run as the
+file describes them, through `tokenizers`.
 """
 
 import pathlib
@@ -19,6 +26,14 @@ from minibert.support.fileio import atomic_write, read_json_object, write_json
 # spm.model (v2/v3), vocab.json + merges.txt (v1).
 TOKENIZER_FILES = ["vocab.txt", "spiece.model", "30k-clean.model", "tokenizer.json", "spm.model", "vocab.json"]
 
+# Each family's own tokenizer file (named in messages), and the model type its
+# tokenizer has in a tokenizer.json. Families are named as config.json's model_type.
+FAMILY_TOKENIZERS = {"bert": ("vocab.txt", "WordPiece"), "albert": ("spiece.model", "Unigram"),
+                     "deberta-v2": ("spm.model", "Unigram"), "deberta": ("vocab.json + merges.txt", "BPE")}
+# transformers' tokenizer classes (tokenizer_config.json "tokenizer_class") -> family.
+TOKENIZER_CLASSES = {"BertTokenizer": "bert", "AlbertTokenizer": "albert", "DebertaV2Tokenizer": "deberta-v2",
+                     "DebertaTokenizer": "deberta"}
+
 
 @dataclass
 class TokenizerFiles:
@@ -26,12 +41,14 @@ class TokenizerFiles:
 
     kind: str                      # as Tokenizer.kind: "wordpiece", "sentencepiece" or "byte-level-bpe"
     model_type: str                # as Tokenizer.model_type: "bert", "albert", "deberta-v2" (v2/v3) or "deberta" (v1)
-    file: pathlib.Path             # vocab.txt or tokenizer.json; the .model file; vocab.json (v1)
+    file: pathlib.Path             # vocab.txt or tokenizer.json; the .model file; vocab.json (v1); or a
+                                   # Unigram or BPE tokenizer.json (transformers 5), run as it is
     do_lower_case: bool
     folder: pathlib.Path           # where tokenizer_config.json and added_tokens.json would be
     split_by_punct: bool = False   # DeBERTa-v2/v3 only
     merges_file: Optional[pathlib.Path] = None  # DeBERTa v1 only
     vocab: Optional[dict] = None   # WordPiece: token -> id, already read (the casing may depend on it)
+    whole_pipeline: bool = False   # a Unigram or BPE tokenizer.json: run as the file describes it
 
 
 def find_tokenizer_files(path):
@@ -60,7 +77,12 @@ def find_tokenizer_files(path):
     file = find_tokenizer_file(path) if path.is_dir() else path
     if file.suffix == ".model":  # ALBERT: every released model is uncased
         return TokenizerFiles("sentencepiece", "albert", file, True if lower is None else lower, folder)
-    vocab = vocab_from_tokenizer_json(file) if file.suffix == ".json" else read_vocab(file)
+    if file.suffix == ".json":
+        spec = read_json_object(file)
+        model = spec.get("model")
+        if isinstance(model, dict) and model.get("type") in ("Unigram", "BPE"):
+            return tokenizer_json_files(file, model["type"], folder, config)
+    vocab = vocab_from_tokenizer_json(file, folder, config) if file.suffix == ".json" else read_vocab(file)
     if lower is None and (folder / "tokenizer.json").is_file():
         lower = tokenizer_json_lowercase(read_json_object(folder / "tokenizer.json"), folder / "tokenizer.json")
     if lower is None:
@@ -68,6 +90,35 @@ def find_tokenizer_files(path):
     if lower is None:
         lower = casing_from_vocab(vocab)
     return TokenizerFiles("wordpiece", "bert", file, lower, folder, vocab=vocab)
+
+
+def tokenizer_json_files(file, model_type, folder, config):
+    """A Unigram or BPE tokenizer.json (as transformers 5 saves ALBERT,
+    DeBERTa-v2/v3 and DeBERTa v1): which family, from what the folder says
+    (a Unigram file with no family named is ALBERT's, a BPE one DeBERTa v1's)."""
+    family, said_by = folder_family(folder, config)
+    if family is None:
+        family = "albert" if model_type == "Unigram" else "deberta"
+    if FAMILY_TOKENIZERS[family][1] != model_type:
+        raise MiniBertError(f"{file}: a {model_type} tokenizer, but {said_by.name} says {family}, whose tokenizer is "
+                            f"{FAMILY_TOKENIZERS[family][1]} ({FAMILY_TOKENIZERS[family][0]})")
+    kind = "sentencepiece" if model_type == "Unigram" else "byte-level-bpe"
+    return TokenizerFiles(kind, family, file, config.get("do_lower_case", family == "albert"), folder,
+                          split_by_punct=config.get("split_by_punct", False), whole_pipeline=True)
+
+
+def folder_family(folder, tokenizer_config):
+    """(family, which file says so) from tokenizer_config.json's
+    tokenizer_class or config.json's model_type; (None, None) if neither
+    names one of minibert's families."""
+    named = str(tokenizer_config.get("tokenizer_class", "")).removesuffix("Fast")
+    if named in TOKENIZER_CLASSES:
+        return TOKENIZER_CLASSES[named], folder / "tokenizer_config.json"
+    config = folder / "config.json"
+    model_type = read_json_object(config).get("model_type") if config.is_file() else None
+    if model_type in FAMILY_TOKENIZERS:
+        return model_type, config
+    return None, None
 
 
 def read_tokenizer_config(folder):
@@ -171,16 +222,28 @@ def find_tokenizer_file(folder):
         models_found = sorted(where.glob("*.model")) if where.is_dir() else []
         if models_found:
             return models_found[0]
+    family, said_by = folder_family(folder, read_tokenizer_config(folder)) if folder.is_dir() else (None, None)
+    if family is not None:
+        raise MiniBertError(f"{folder}: no tokenizer file found ({said_by.name} says {family}, whose tokenizer is "
+                            f"{FAMILY_TOKENIZERS[family][0]} or tokenizer.json)")
     raise MiniBertError(f"{folder}: no tokenizer file found (looked for {', '.join(TOKENIZER_FILES)} "
                         f"(with merges.txt) or *.model, here and in assets/)")
 
 
-def vocab_from_tokenizer_json(path):
-    """The WordPiece vocabulary (token -> id) of a Hugging Face tokenizer.json."""
+def vocab_from_tokenizer_json(path, folder=None, config=None):
+    """The WordPiece vocabulary (token -> id) of a Hugging Face tokenizer.json
+    (a Unigram or BPE one is read by tokenizer_json_files instead)."""
     model = read_json_object(path).get("model")
-    if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
-        raise MiniBertError(f"{path}: only WordPiece tokenizer.json files are supported "
-                            f"(for SentencePiece models minibert reads the spiece.model file)")
+    model_type = model.get("type") if isinstance(model, dict) else None
+    family, said_by = folder_family(folder, config or {}) if folder is not None else (None, None)
+    if family not in (None, "bert"):
+        raise MiniBertError(f"{path}: model.type is {model_type!r}; {said_by.name} says {family}, whose tokenizer "
+                            f"is {FAMILY_TOKENIZERS[family][1]} ({FAMILY_TOKENIZERS[family][0]} or tokenizer.json)")
+    if model_type != "WordPiece":
+        raise MiniBertError(f"{path}: model.type is {model_type!r}; minibert reads the tokenizer.json of a "
+                            f"WordPiece (BERT), Unigram (ALBERT, DeBERTa-v2/v3) or BPE (DeBERTa v1) tokenizer")
+    if not isinstance(model.get("vocab"), dict):
+        raise MiniBertError(f"{path}: model.vocab is not an object of token -> id")
     return check_ids(path, model["vocab"], "model.vocab")
 
 
