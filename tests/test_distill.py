@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from distill_helpers import TINY_STUDENT, make_distillation_data, one_thread
-from helpers import REPO, run_script_in_process
+from helpers import REPO, error_line, run_script_in_process
 from minibert.lstm import BiLSTMClassifier
 from minibert.runs import distillation as distillation_run
 from minibert.runs.student_folder import load_student
