@@ -198,7 +198,7 @@ def test_the_ascent_step_moves_delta_by_eta_times_the_per_token_max_normalised_g
 
     expected, g = ascent_by_hand(model, batch, clean, x_hat, delta0, step_size)
     assert delta1.dtype == torch.float32 and not delta1.requires_grad
-    assert torch.allclose(delta1, expected, atol=1e-6)
+    assert torch.allclose(delta1, expected, atol=1e-5)   # two backward runs: summation order differs by CPU
     moved = (delta1 - delta0) / step_size                                   # g / (1e-6 + max|g|)
     real = batch["attention_mask"].bool()
     largest = g.abs().amax(-1)[real]

@@ -96,6 +96,9 @@ TAMPERING = {"setprofile", "settrace", "setprofile_all_threads", "settrace_all_t
              "DisableTorchFunctionSubclass"}
 
 
+THREAD_STARTS = {"start_new_thread", "start_joinable_thread", "start_new"}
+
+
 def threads_now():
     try:
         return len(os.listdir("/proc/self/task"))
@@ -157,6 +160,8 @@ class Window:
             name = getattr(arg, "__name__", "") or ""
             if name in TAMPERING and not frame.f_code.co_filename.startswith((TORCH_FOLDER, HERE)):
                 self.note(f"calls {name}, which switches off the grader's watch")
+            if name in THREAD_STARTS:        # the modes and this hook watch one thread: a new one runs unwatched
+                self.note("starts a thread of its own beside the exercise; the grader watches one thread")
             owner = getattr(arg, "__self__", None)
             module = getattr(arg, "__module__", None) or type(owner).__module__
             if name in self.functions or (self.modules and module and module.startswith(self.modules)):
