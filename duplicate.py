@@ -83,7 +83,7 @@ def main(argv=None):
     from minibert.checkpoints import load_pretrained
     from minibert.duplication import source_layer_order
     from minibert.runs.duplication import deeper_model, write_model
-    from minibert.support.layer_orders import check_depth, check_pretrained_source, parse_indices
+    from minibert.support.layer_orders import check_pretrained_source, parse_indices
 
     if (args.json or args.plot) and not args.probe:
         parser.error(f"{'--json' if args.json else '--plot'} writes the probe's results: add --probe")
@@ -105,8 +105,6 @@ def main(argv=None):
     check_not_in_model_folder("--output", args.output)     # a model is never written inside another one
     indices = {flag: parse_indices(text, flag)                             # before loading too
                for flag, text in (("--duplicate", args.duplicate), ("--order", args.order)) if text is not None}
-    if "--order" in indices:
-        check_depth(len(indices["--order"]), "--order")
     if args.probe:                      # the probe's inputs, read before the deeper model is written
         from minibert.runs import probing as probe_run
         sentences = probe_run.read_sentences(args.text, args.max_sentences)

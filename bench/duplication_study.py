@@ -257,11 +257,11 @@ def check_or_record_settings(work, settings):
 def pattern_variant(pattern_text, duplicate_text, num_layers):
     """(variant name, layer order) of one --patterns entry: "dup-2-3-4" for 2,3,4;
     the --duplicate pattern itself is the "duplicated" variant (not run twice)."""
-    from minibert.runs.duplication import check_indices, duplicate_order
+    from minibert.duplication import check_layers, duplicate_order
     from minibert.support.layer_orders import parse_indices
 
     indices = parse_indices(pattern_text, "--patterns")
-    check_indices(indices, num_layers, "--patterns")
+    check_layers(indices, num_layers, "--patterns")        # duplicate_order's own errors would say --duplicate
     layer_order = duplicate_order(num_layers, indices)
     same = duplicate_order(num_layers, parse_indices(duplicate_text, "--duplicate"))
     return ("duplicated" if layer_order == same else "dup-" + "-".join(map(str, indices))), layer_order
@@ -273,8 +273,8 @@ def build_variants(model_name, duplicate_text, work, patterns=()):
     their duplication.json is there). `patterns` (--patterns) add one untied
     variant each, named by pattern_variant."""
     from minibert.checkpoints import load_pretrained
-    from minibert.duplication import source_layer_order
-    from minibert.runs.duplication import duplicate_order, write_model
+    from minibert.duplication import duplicate_order, source_layer_order
+    from minibert.runs.duplication import write_model
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import read_json_object
     from minibert.support.layer_orders import parse_indices

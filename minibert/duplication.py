@@ -33,7 +33,7 @@ copied unchanged. Reference: [Kao] arXiv:2001.09309.
 import dataclasses
 
 from minibert.deberta import DebertaModel
-from minibert.support.errors import MiniBertError
+from minibert.support.errors import ParameterError
 from minibert.support.layer_orders import check_depth
 from minibert.model import BertModel
 
@@ -41,10 +41,11 @@ from minibert.model import BertModel
 def check_layers(indices, num_layers, name):
     """Every index names a source layer (Python would read -1 as the last one)."""
     if not indices:
-        raise MiniBertError(f"{name}: empty; expected at least one layer index")
+        raise ParameterError(f"{name}: empty; expected at least one layer index")
     for i in indices:
         if not 0 <= i < num_layers:
-            raise MiniBertError(f"{name}: layer index {i} is out of range 0..{num_layers - 1}")
+            raise ParameterError(f"{name}: layer index {i} is out of range; the model has {num_layers} layers "
+                                 f"(indices 0..{num_layers - 1})")
 
 
 def duplicate_order(num_layers, duplicate):
@@ -89,12 +90,13 @@ def deepen(model, layer_order, tied=False):
     layer_order = source_layer_order(model, layer_order)   # depths -> the source's own layers (a tied one shares)
     if isinstance(model, DebertaModel):
         if tied:
-            raise MiniBertError("tied: minibert's DeBERTa has no layer_order to run one layer at several depths; "
-                                "deepen it untied")
+            raise ParameterError("tied: minibert's DeBERTa has no layer_order to run one layer at several depths; "
+                                 "duplicate it untied")
         return copy_deberta_layers(model, layer_order)
     if model.config.model_type == "albert":
         if tied:
-            raise MiniBertError("tied: ALBERT's layers are already shared; repeat_albert gives the tied form")
+            raise ParameterError("tied: ALBERT's layers are already shared; its tied form runs the shared group "
+                                 "more times (repeat_albert)")
         return untie_albert(model, layer_order)
     distinct, tied_order = tied_layers(layer_order) if tied else (layer_order, None)   # untied: a copy per depth
     return copy_layers(model, len(layer_order), distinct, tied_order)
@@ -166,15 +168,16 @@ def repeat_albert(model, k):
     runs where, and are refused."""
     config = model.config
     if config.model_type != "albert":
-        raise MiniBertError("model: repeat_albert runs an ALBERT's shared layers more times; this model's layers "
-                            "are distinct: deepen copies them")
+        raise ParameterError(f"k: only an ALBERT's shared layers run more times; this {type(model).__name__}'s "
+                             f"layers are distinct: duplicate them instead (deepen)")
     if not isinstance(k, int) or k < 1:
-        raise MiniBertError(f"k {k!r}: expected a positive integer")
+        raise ParameterError(f"k {k!r}: expected a positive integer")
     G, L = config.num_groups, config.num_hidden_layers
     check_depth(L + k, f"k {k}")
     if G > 1 and (L % G or k % G):
-        raise MiniBertError(f"k {k}: this ALBERT has {G} layer groups over {L} layers; the layer count and k "
-                            f"must be multiples of {G} (each group then runs k/{G} more times)")
+        raise ParameterError(f"k {k}: this ALBERT has {G} layer groups over {L} layers; the layer count and the "
+                             f"depths added must both be multiples of {G}, so that each group runs as many more "
+                             f"times as every other")
     deeper = BertModel(dataclasses.replace(config, num_hidden_layers=L + k), **heads_of(model))
     deeper.load_state_dict(model.state_dict())      # same tensors: only the depth changed
     return deeper.eval()

@@ -156,6 +156,23 @@ def test_usage_errors_exit_2_with_the_usage_line_and_run_errors_exit_1_in_one_li
             assert len(lines) == 1
 
 
+def test_a_lessons_parameter_error_is_one_line_naming_the_flag_from_the_table(capsys):
+    from minibert.support.errors import MiniBertError, ParameterError
+    assert cli.FLAGS["layer_order"] == "--order"
+    for error, line in [(ParameterError("layer_order: empty; expected at least\none layer index"),
+                         "error: --order: empty; expected at least one layer index"),
+                        (ParameterError("k 998: would make a model of 1,001 layers"),
+                         "error: --repeat 998: would make a model of 1,001 layers"),
+                        (ParameterError("layer_orders: a name the table does not hold"),
+                         "error: layer_orders: a name the table does not hold"),
+                        (MiniBertError("tied: a file, not a parameter"), "error: tied: a file, not a parameter")]:
+        def main(argv):
+            raise error
+        with pytest.raises(SystemExit) as exit_info:
+            cli.run(main, [])
+        assert exit_info.value.code == 1 and capsys.readouterr().err == line + "\n"
+
+
 def test_checked_turns_a_refused_value_into_a_usage_error(tmp_path):
     (tmp_path / "file").write_text("x")
     parser = cli.ArgumentParser(prog="tool.py")

@@ -302,7 +302,7 @@ def test_deberta_tied_and_repeat_are_refused_saying_why(tmp_path):
     deberta = tiny_deberta(tmp_path / "deberta", "v3")
     with pytest.raises(MiniBertError, match="tied: minibert's DeBERTa has no layer_order"):
         duplication.deepen(deberta, [0, 0, 1, 2], tied=True)
-    with pytest.raises(MiniBertError, match="model: repeat_albert runs an ALBERT's shared layers"):
+    with pytest.raises(MiniBertError, match="k: only an ALBERT's shared layers run more times; this DebertaModel's"):
         duplication.repeat_albert(deberta, 2)
 
 
@@ -319,7 +319,7 @@ def test_bad_input_raises(bert, tmp_path):
         (lambda: duplication.deepen(bert, [0, -1]), "index -1 is out of range"),
         (lambda: duplication.deepen(bert, []), "layer_order: empty"),
         (lambda: duplication.deepen(albert2, [0, 0], tied=True), "tied: ALBERT.*repeat_albert"),
-        (lambda: duplication.repeat_albert(bert, 2), "distinct: deepen copies them"),
+        (lambda: duplication.repeat_albert(bert, 2), "BertModel's layers are distinct: duplicate them instead"),
         (lambda: duplication.repeat_albert(albert2, 0), "k 0: expected a positive integer"),
         (lambda: duplication.repeat_albert(albert2, 1), "multiples of 2"),
     ]
@@ -389,9 +389,9 @@ def test_cli_bad_arguments_are_usage_errors_or_one_line_errors(tmp_path, capsys)
         (("--model", tmp_path / "bert", "--duplicate", "0", "--order", "0,0", "--output", out), 2, "not allowed with"),
         (("--model", tmp_path / "bert", "--order", "", "--output", out), 1, "--order: empty"),
         (("--model", tmp_path / "bert", "--order", "0,3", "--output", out), 1, "index 3 is out of range"),
-        (("--model", tmp_path / "bert", "--repeat", "2", "--output", out), 1, "--repeat: this is a BERT"),
+        (("--model", tmp_path / "bert", "--repeat", "2", "--output", out), 1, "--repeat: only an ALBERT's shared layers run more times; this BertModel's layers are distinct"),
         (("--model", tmp_path / "albert", "--duplicate", "0", "--tied", "--output", out), 1,
-         "--tied: ALBERT's layers are already shared; --repeat K gives the tied form"),
+         "--tied: ALBERT's layers are already shared; its tied form runs the shared group more times"),
         (("--model", tmp_path / "albert", "--repeat", "1", "--tied", "--output", out), 2,
          "--tied: ALBERT's layers are always shared; --repeat needs no --tied"),
         (("--model", tmp_path / "bert", "--duplicate", "0", "--output", tmp_path / "full"), 1, "--force"),

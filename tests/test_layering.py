@@ -203,7 +203,8 @@ def test_the_reading_path_names_lessons_only_and_stays_within_its_target():
 
 
 def test_no_lesson_names_a_command_line_flag():
-    # A lesson's errors name its parameters; a script translates them to its flags.
+    # A lesson's errors name its parameters (ParameterError); the error line a script prints shows the
+    # flag instead, from the one table support/cli.FLAGS.
     flag = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
     for name, path in package_modules().items():
         if level_of(name) not in (LEVEL_NAMES.index("model files"), LESSONS):

@@ -1,5 +1,6 @@
-"""minibert.runs.duplication: duplicate.py's deeper model, each choice checked
-naming its flag, the folder written and the layer order read back from it."""
+"""minibert.runs.duplication: duplicate.py's deeper model (the lesson's
+checks, shown with the flags), the folder written and the layer order read
+back from it."""
 
 import json
 from pathlib import Path
@@ -8,8 +9,7 @@ import pytest
 
 from minibert import duplication
 from minibert.checkpoints import load_pretrained
-from minibert.runs.duplication import (check_indices, check_layer_order, check_repeat, deeper_model, duplicate_order,
-                                       recorded_layer_order, write_model)
+from minibert.runs.duplication import deeper_model, recorded_layer_order, write_model
 from minibert.support.errors import MiniBertError
 from tiny_models import save_tiny_model
 
@@ -20,33 +20,23 @@ def bert(tmp_path):
     return load_pretrained(tmp_path / "bert")
 
 
-def test_the_flags_are_checked_before_the_lesson_runs_naming_them(bert, tmp_path):
-    from test_duplication import tiny_deberta
+def test_deeper_model_leaves_the_checks_to_the_lesson_whose_errors_the_script_shows_as_flags(bert, tmp_path):
+    from minibert.support.cli import one_line
     save_tiny_model(tmp_path / "albert2", model_type="albert", num_hidden_layers=4, num_hidden_groups=2)
     albert2 = load_pretrained(tmp_path / "albert2")
-    deberta = tiny_deberta(tmp_path / "deberta", "v3")
-    cases = [
-        (lambda: check_indices([], 4, "--order"), "--order: empty; expected at least one layer index"),
-        (lambda: check_indices([0, 7], 4, "--duplicate"),
-         "--duplicate: layer index 7 is out of range; the model has 4 layers \\(indices 0..3\\)"),
-        (lambda: duplicate_order(4, [4]), "--duplicate: layer index 4"),
-        (lambda: duplicate_order(3, [0] * 1000), "--duplicate: would make a model of 1,003 layers"),
-        (lambda: check_layer_order(bert, [0, -1]), "--order: layer index -1 is out of range"),
-        (lambda: check_layer_order(bert, [0] * 60000), "--order: would make a model of 60,000 layers"),
-        (lambda: check_layer_order(deberta, [0, 0, 1, 2], tied=True), "--tied: minibert's DeBERTa has no layer_order"),
-        (lambda: check_layer_order(albert2, [0, 0], tied=True),
-         "--tied: ALBERT's layers are already shared; --repeat K gives the tied form"),
-        (lambda: check_repeat(bert, 2), "--repeat: this is a BERT model with distinct layers; use --duplicate"),
-        (lambda: check_repeat(deberta, 2), "--repeat: this is a DeBERTa model with distinct layers"),
-        (lambda: check_repeat(albert2, 0), "--repeat 0: expected a positive integer"),
-        (lambda: check_repeat(albert2, 998), "--repeat 998: would make a model of 1,002 layers; the limit is 1,000"),
-        (lambda: check_repeat(albert2, 1), "--repeat 1: this ALBERT has 2 layer groups over 4 layers; --repeat needs"),
-        (lambda: deeper_model(bert, repeat=2), "--repeat: this is a BERT"),
-        (lambda: deeper_model(albert2, duplicate=[0], tied=True), "--tied: ALBERT"),
-    ]
-    for call, message in cases:
-        with pytest.raises(MiniBertError, match=message):
+    for call, message, line in [
+        (lambda: deeper_model(bert, duplicate=[0, 7]), "duplicate: layer index 7 is out of range",
+         "--duplicate: layer index 7 is out of range; the model has 4 layers (indices 0..3)"),
+        (lambda: deeper_model(bert, order=[]), "layer_order: empty", "--order: empty"),
+        (lambda: deeper_model(bert, order=[0] * 60000), "layer_order: would make a model of 60,000 layers",
+         "--order: would make a model of 60,000 layers; the limit is 1,000"),
+        (lambda: deeper_model(bert, repeat=2), "k: only an ALBERT", "--repeat: only an ALBERT"),
+        (lambda: deeper_model(albert2, repeat=998), "k 998: would make", "--repeat 998: would make a model of 1,002"),
+        (lambda: deeper_model(albert2, duplicate=[0], tied=True), "tied: ALBERT", "--tied: ALBERT"),
+    ]:
+        with pytest.raises(MiniBertError, match=message) as raised:
             call()
+        assert one_line(raised.value).startswith(line)
 
 
 def test_deeper_model_returns_the_model_and_the_order_it_runs(bert, tmp_path):

@@ -150,8 +150,8 @@ def check_pair_objective(model_config, pair_objective):
 def build_model(model_config, pair_objective):
     """A freshly initialised model for pretraining: BERT/ALBERT with the MLM
     head (plus the pooler and the pair head for NSP/SOP), or DeBERTa with the
-    MLM head it reads through the Enhanced Mask Decoder."""
-    check_pair_objective(model_config, pair_objective)
+    MLM head it reads through the Enhanced Mask Decoder. (pretrain has
+    checked pair_objective against the config.)"""
     if is_deberta(model_config):
         return DebertaModel(model_config, with_pooler=False, with_mlm_head=True)
     with_pair = pair_objective != "none"

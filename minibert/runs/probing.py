@@ -1,7 +1,8 @@
 """The run probe.py (and duplicate.py --probe) makes around
-minibert/probing.py: the sentences read, the settings checked (messages
-naming the flags), the sentences the model's positions cut counted, and
-the results printed as tables, written as JSON and drawn as a plot.
+minibert/probing.py: the sentences read, the model checked against its
+tokenizer, the sentences the model's positions cut counted, and the results
+printed as tables, written as JSON and drawn as a plot. (The flags' values
+are checked when the command line is read: support/cli.py's types.)
 """
 
 import dataclasses
@@ -16,8 +17,9 @@ DEFAULT_SENTENCES = Path(__file__).parent.parent / "data" / "probe_sentences.txt
 
 
 def read_sentences(path=None, max_sentences=None):
-    """One sentence per line (blank lines skipped). None reads the ~125 varied
-    English sentences shipped with minibert for this probe."""
+    """One sentence per line (blank lines skipped), the first `max_sentences`
+    of them if given. None reads the ~125 varied English sentences shipped
+    with minibert for this probe."""
     path = Path(path) if path is not None else DEFAULT_SENTENCES
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -28,11 +30,7 @@ def read_sentences(path=None, max_sentences=None):
     sentences = [line.strip() for line in lines if line.strip()]
     if not sentences:
         raise MiniBertError(f"{path}: no sentences; expected one sentence per line")
-    if max_sentences is not None:
-        if max_sentences < 1:
-            raise MiniBertError(f"--max-sentences {max_sentences}: expected a positive integer")
-        sentences = sentences[:max_sentences]
-    return sentences
+    return sentences[:max_sentences]
 
 
 def count_too_long(tokenizer, sentences, max_length):
@@ -43,16 +41,6 @@ def count_too_long(tokenizer, sentences, max_length):
     return sum(len(e.ids) + specials > max_length for e in encodings)
 
 
-def check_probe_settings(batch_size=32, mask_prob=None, show=0):
-    """Raise MiniBertError for values no probe can use, before anything is probed."""
-    if batch_size < 1:
-        raise MiniBertError(f"--batch-size {batch_size}: expected a positive integer")
-    if mask_prob is not None and not 0.0 < mask_prob <= 1.0:
-        raise MiniBertError(f"--mask-prob {mask_prob}: expected a probability in (0, 1]")
-    if show < 0:
-        raise MiniBertError(f"--show {show}: expected 0 or a positive integer")
-
-
 def check_vocabularies(model, tokenizer):
     """Token ids index the embedding matrix, so the tokenizer must not know
     more tokens than the model (a model may know more: padded vocabularies)."""
@@ -61,22 +49,13 @@ def check_vocabularies(model, tokenizer):
                             f"{model.config.vocab_size}; expected the tokenizer files of this model")
 
 
-def check_fit_settings(steps=300, lr=1e-3, batch_size=256):
-    for name, value in (("--fit-steps", steps), ("--fit-batch-size", batch_size)):
-        if value < 1:
-            raise MiniBertError(f"{name} {value}: expected a positive integer")
-    if not lr > 0:
-        raise MiniBertError(f"--fit-lr {lr}: expected a positive learning rate")
-
-
 def probe(model, tokenizer, sentences, *, mlm_head=None, batch_size=32, mask_prob=None, show=0, model_name="",
           **options):
-    """probing.probe_model as the scripts run it: checked first, with the
-    number of sentences cut to the model's positions (`truncated`)."""
+    """probing.probe_model as the scripts run it, with the number of
+    sentences cut to the model's positions (`truncated`)."""
     if mlm_head is None and model.mlm_head is None:
         raise MiniBertError(f"{model_name or 'the model'}: has no MLM head (a Hugging Face `BertModel` file?); "
                             f"pass --fit-head TEXTFILE to fit one on its last layer first")
-    check_probe_settings(batch_size, mask_prob, show)
     check_vocabularies(model, tokenizer)
     result = probing.probe_model(model, tokenizer, sentences, mlm_head=mlm_head, batch_size=batch_size,
                                  mask_prob=mask_prob, show=show, model_name=model_name, **options)
@@ -85,8 +64,7 @@ def probe(model, tokenizer, sentences, *, mlm_head=None, batch_size=32, mask_pro
 
 
 def fit_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=256, **options):
-    """probing.fit_mlm_head as probe.py --fit-head runs it, checked first."""
-    check_fit_settings(steps, lr, batch_size)
+    """probing.fit_mlm_head as probe.py --fit-head runs it, its text checked first."""
     check_vocabularies(model, tokenizer)
     specials = {tokenizer.cls_id, tokenizer.sep_id}
     if not any(set(e.ids) - specials for e in tokenizer.backend.encode_batch(sentences, add_special_tokens=False)):

@@ -16,6 +16,11 @@ that say whose mistake it was.
 raises a bad flag or a bad file as an exception (UsageError, MiniBertError)
 for the caller to see, never SystemExit.
 
+A lesson names its own parameters in its errors (`ParameterError`,
+"layer_order: empty"); FLAGS below says which flag gives each one, and the
+error line `run` prints puts the flag in its place ("--order: empty"), so a
+user reads the name they typed.
+
 A mistake on the command line itself (an unknown flag, a missing required
 flag, a flag's invalid value, flags that do not go together) is a usage
 error: argparse's usage line, then `error: <message>`, and exit status 2, as
@@ -43,7 +48,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from minibert.support.errors import MiniBertError
+from minibert.support.errors import MiniBertError, ParameterError
 
 
 class UsageError(MiniBertError):
@@ -155,10 +160,24 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+# The flag that gives each lesson parameter a script passes on: a lesson's
+# ParameterError starts with the parameter's name, which the user reads as the flag's.
+FLAGS = {
+    "duplicate": "--duplicate",     # duplication.duplicate_order (duplicate.py, bench/duplication_study.py)
+    "layer_order": "--order",       # duplication.deepen
+    "tied": "--tied",
+    "k": "--repeat",                # duplication.repeat_albert
+}
+
+
 def one_line(error):
-    """An error's message on one line, a piped input named as the user gave it."""
+    """An error's message on one line, a piped input named as the user gave
+    it, a lesson's parameter as the flag that gave it (FLAGS)."""
     from minibert.support.inputs import as_given
-    return as_given(" ".join(str(error).split()))
+    message = str(error)
+    if isinstance(error, ParameterError) and error.parameter in FLAGS:
+        message = FLAGS[error.parameter] + message[len(error.parameter):]
+    return as_given(" ".join(message.split()))
 
 
 def run(main, argv=None):

@@ -12,7 +12,7 @@ BERT-base layers are 7.1M parameters each, 28 GB in float32.
 import re
 
 from minibert.support.config_checks import MAX_LAYERS as MAX_DEPTH   # what a config may hold
-from minibert.support.errors import MiniBertError
+from minibert.support.errors import MiniBertError, ParameterError
 
 INDEX = re.compile(r"-?[0-9]+")     # ASCII digits only: int() would also read "٢" (Arabic-Indic two) as 2
 
@@ -30,9 +30,9 @@ def parse_indices(text, flag):
 
 def check_depth(depth, name):
     """A deeper model of `depth` layers is one that fits (MAX_DEPTH above);
-    `name`: what asked for it (a parameter, or a script's flag)."""
+    `name`: the lesson's parameter that asked for it."""
     if depth > MAX_DEPTH:
-        raise MiniBertError(f"{name}: would make a model of {depth:,} layers; the limit is {MAX_DEPTH:,}")
+        raise ParameterError(f"{name}: would make a model of {depth:,} layers; the limit is {MAX_DEPTH:,}")
 
 
 def check_pretrained_source(folder):
