@@ -32,6 +32,7 @@ copied unchanged. Reference: [Kao] arXiv:2001.09309.
 
 import dataclasses
 
+from minibert.checkpoints.families import RELATIVE_LAYER_COPIES, SHARED_GROUP, family_of
 from minibert.deberta import DebertaModel
 from minibert.support.errors import MiniBertError
 from minibert.support.layer_orders import check_depth
@@ -87,14 +88,15 @@ def deepen(model, layer_order, tied=False):
     check_layers(layer_order, model.config.num_hidden_layers, "layer_order")
     check_depth(len(layer_order), "layer_order")
     layer_order = source_layer_order(model, layer_order)   # depths -> the source's own layers (a tied one shares)
-    if isinstance(model, DebertaModel):
+    family = family_of(model)           # how it deepens: checkpoints/families.py
+    if family.deepens == RELATIVE_LAYER_COPIES:
         if tied:
-            raise MiniBertError("tied: minibert's DeBERTa has no layer_order to run one layer at several depths; "
-                                "deepen it untied")
+            raise MiniBertError(f"tied: minibert's {family.name} has no layer_order to run one layer at several "
+                                f"depths; deepen it untied")
         return copy_deberta_layers(model, layer_order)
-    if model.config.model_type == "albert":
+    if family.deepens == SHARED_GROUP:
         if tied:
-            raise MiniBertError("tied: ALBERT's layers are already shared; repeat_albert gives the tied form")
+            raise MiniBertError(f"tied: {family.name}'s layers are already shared; repeat_albert gives the tied form")
         return untie_albert(model, layer_order)
     distinct, tied_order = tied_layers(layer_order) if tied else (layer_order, None)   # untied: a copy per depth
     return copy_layers(model, len(layer_order), distinct, tied_order)
@@ -165,7 +167,7 @@ def repeat_albert(model, k):
     are both multiples of G; other cases would silently reshuffle which group
     runs where, and are refused."""
     config = model.config
-    if config.model_type != "albert":
+    if family_of(model).deepens != SHARED_GROUP:
         raise MiniBertError("model: repeat_albert runs an ALBERT's shared layers more times; this model's layers "
                             "are distinct: deepen copies them")
     if not isinstance(k, int) or k < 1:

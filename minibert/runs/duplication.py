@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from minibert import duplication
-from minibert.deberta import DebertaModel
+from minibert.checkpoints.families import RELATIVE_LAYER_COPIES, SHARED_GROUP, family_of
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import write_json
 from minibert.support.layer_orders import check_depth
@@ -26,9 +26,9 @@ def check_indices(indices, num_layers, flag):
 def check_repeat(model, k):
     """--repeat K: what repeat_albert refuses, said with duplicate.py's flags."""
     config = model.config
-    if config.model_type != "albert":
-        kind = "DeBERTa" if isinstance(model, DebertaModel) else "BERT"
-        raise MiniBertError(f"--repeat: this is a {kind} model with distinct layers; use --duplicate or --order")
+    if family_of(model).deepens != SHARED_GROUP:
+        raise MiniBertError(f"--repeat: this is a {family_of(model).name} model with distinct layers; use --duplicate "
+                            f"or --order")
     if not isinstance(k, int) or k < 1:
         raise MiniBertError(f"--repeat {k}: expected a positive integer")
     G, L = config.num_groups, config.num_hidden_layers
@@ -42,10 +42,10 @@ def check_layer_order(model, layer_order, tied=False):
     """--order (or the order --duplicate made) and --tied: what deepen refuses, said with the flags."""
     check_indices(layer_order, model.config.num_hidden_layers, "--order")
     check_depth(len(layer_order), "--order")
-    if tied and isinstance(model, DebertaModel):
+    if tied and family_of(model).deepens == RELATIVE_LAYER_COPIES:
         raise MiniBertError("--tied: minibert's DeBERTa has no layer_order to run one layer at several "
                             "depths; duplicate it untied (without --tied)")
-    if tied and model.config.model_type == "albert":
+    if tied and family_of(model).deepens == SHARED_GROUP:
         raise MiniBertError("--tied: ALBERT's layers are already shared; --repeat K gives the tied form "
                             "(--duplicate/--order give the untied one)")
 
