@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.model import ALBERT_DEFAULTS, BertConfig, BertModel
-from minibert.support.errors import MiniBertError
 
 # Tokenizer kinds: the tokenizer the family's released models ship.
 WORDPIECE = "wordpiece"                          # vocab.txt (Schuster & Nakajima; BERT's)
@@ -60,22 +59,23 @@ class Family:
     deepens: str              # one of the ways to deepen above
     pair_objective: str       # train_mlm.py's --pair-objective auto: "nsp", "sop" or "none"
     with_pair_head: bool      # whether its model class has a sentence-pair head (NSP/SOP) to pretrain
-    paper: str                # where the family comes from
+    paper: str                # where the family comes from (minibert/model.py's, deberta.py's references)
     config_defaults: dict = field(default_factory=dict)   # what its code assumes where a config leaves a field out
     unwritten_fields: tuple = ()   # config fields its transformers config class lacks (left out of config.json)
     copies_tokenizer: bool = False  # save_pretrained copies a released tokenizer's files as they are
 
 
 BERT = Family("BERT", "bert", BertConfig, BertModel, "Bert", "bert.", WORDPIECE, LAYER_COPIES, "nsp", True,
-              "Devlin et al. 2019")
+              "[BERT] Devlin et al. 2018")
 ALBERT = Family("ALBERT", "albert", BertConfig, BertModel, "Albert", "albert.", SENTENCEPIECE_UNIGRAM, SHARED_GROUP,
-                "sop", True, "Lan et al. 2020", config_defaults=ALBERT_DEFAULTS)
+                "sop", True, "[ALBERT] Lan et al. 2019", config_defaults=ALBERT_DEFAULTS)
 DEBERTA_V1 = Family("DeBERTa", "deberta", DebertaConfig, DebertaModel, "Deberta", "deberta.", BYTE_LEVEL_BPE,
-                    RELATIVE_LAYER_COPIES, "none", False, "He et al. 2021", unwritten_fields=DEBERTA_V2_ONLY_FIELDS,
-                    copies_tokenizer=True)
+                    RELATIVE_LAYER_COPIES, "none", False, "[DeBERTa] He et al. 2020",
+                    unwritten_fields=DEBERTA_V2_ONLY_FIELDS, copies_tokenizer=True)
 DEBERTA_V2 = Family("DeBERTa", "deberta-v2", DebertaConfig, DebertaModel, "DebertaV2", "deberta.", SPM,
-                    RELATIVE_LAYER_COPIES, "none", False, "He et al. 2021, the v2 models", copies_tokenizer=True)
-DEBERTA_V3 = replace(DEBERTA_V2, paper="He et al. 2023 (DeBERTaV3)")   # v2's entry otherwise: see above
+                    RELATIVE_LAYER_COPIES, "none", False, "[DeBERTa] He et al. 2020 (the v2 models)",
+                    copies_tokenizer=True)
+DEBERTA_V3 = replace(DEBERTA_V2, paper="[DeBERTaV3] He et al. 2021")   # v2's entry otherwise: see above
 
 FAMILIES = {"bert": BERT, "albert": ALBERT, "deberta-v1": DEBERTA_V1, "deberta-v2": DEBERTA_V2,
             "deberta-v3": DEBERTA_V3}
@@ -84,9 +84,7 @@ BY_MODEL_TYPE = {family.model_type: family for family in (BERT, ALBERT, DEBERTA_
 
 
 def family_of(thing):
-    """The entry for a model, a config, or a config.json's model_type."""
+    """The entry for a model, a config, or a config.json's model_type (a
+    config's is one of BY_MODEL_TYPE's: its check says so when it is made)."""
     model_type = thing if isinstance(thing, str) else getattr(thing, "config", thing).model_type
-    if model_type not in BY_MODEL_TYPE:
-        known = ", ".join(repr(name) for name in BY_MODEL_TYPE)
-        raise MiniBertError(f"model_type is {model_type!r}; minibert reads {known}")
     return BY_MODEL_TYPE[model_type]
