@@ -263,31 +263,37 @@ def choose_tokenizer(args, corpus, resume):
     return tokenizer
 
 
+def flags_family(args):
+    """The family (minibert/checkpoints/families.py) a model built from the
+    flags belongs to: --arch deberta builds DeBERTa v3's encoder; --arch bert
+    the --model-type."""
+    from minibert.checkpoints.families import FAMILIES
+    return FAMILIES["deberta-v3" if args.arch == "deberta" else args.model_type]
+
+
 def choose_pair_objective(args, config):
-    """--pair-objective, with auto resolved: nsp for BERT, sop for ALBERT,
-    none for DeBERTa (MLM only). `config` is --config's, or None."""
-    from minibert.runs.pretraining import is_deberta
+    """--pair-objective, with auto resolved by the model's family: nsp for
+    BERT, sop for ALBERT, none for DeBERTa (MLM only). `config` is
+    --config's, or None."""
+    from minibert.checkpoints.families import family_of
     if args.pair_objective != "auto":
         return args.pair_objective
-    if args.arch == "deberta" or is_deberta(config):
-        return "none"
-    model_type = config.model_type if config is not None else args.model_type
-    return "sop" if model_type == "albert" else "nsp"
+    return (family_of(config) if config is not None else flags_family(args)).pair_objective
 
 
 def config_from_flags(args, vocab_size, pad_token_id=0):
     if args.arch == "deberta":
         return deberta_config_from_flags(args, vocab_size, pad_token_id)
-    from minibert.model import ALBERT_DEFAULTS, BertConfig
-    albert = args.model_type == "albert"
+    from minibert.model import BertConfig
+    family = flags_family(args)
+    defaults = family.config_defaults        # ALBERT's: E = 128, one shared group, the tanh GELU; BERT's: none
     config = BertConfig(vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
                         num_attention_heads=args.heads, intermediate_size=args.intermediate,
-                        hidden_act=ALBERT_DEFAULTS["hidden_act"] if albert else "gelu", model_type=args.model_type,
+                        hidden_act=defaults.get("hidden_act", "gelu"), model_type=family.model_type,
                         hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
                         max_position_embeddings=FLAG_MAX_POSITIONS,
-                        embedding_size=(args.embedding_size or ALBERT_DEFAULTS["embedding_size"]) if albert
-                        else args.embedding_size,
-                        num_hidden_groups=args.groups if albert else None)
+                        embedding_size=args.embedding_size or defaults.get("embedding_size"),
+                        num_hidden_groups=args.groups if "num_hidden_groups" in defaults else None)
     config.validate()
     return config
 
@@ -326,8 +332,9 @@ def resume_flags(args):
 def main(argv=None):
     args = parse_args(argv)
     from minibert.support.fileio import write_json
-    from minibert.runs.pretraining import (check_max_seq_len, check_pair_objective, is_deberta, pretrain,
-                                           read_model_config, split_heldout, text_files)
+    from minibert.checkpoints.families import family_of
+    from minibert.runs.pretraining import (check_max_seq_len, check_pair_objective, pretrain, read_model_config,
+                                           split_heldout, text_files)
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.
     from minibert.support.fileio import LEFTOVER
@@ -355,7 +362,7 @@ def main(argv=None):
     config = read_model_config(args.config) if args.config else None     # BERT's three config files, or DeBERTa's
     if config is not None:
         check_max_seq_len(args.max_seq_len, config)
-        if args.arch == "deberta" and not is_deberta(config):
+        if args.arch == "deberta" and family_of(config).model_class is not flags_family(args).model_class:
             raise MiniBertError(f"--arch deberta: --config {args.config} is a {config.model_type} config")
     pair = choose_pair_objective(args, config)
     if config is not None:

@@ -32,6 +32,7 @@ copied unchanged. Reference: [Kao] arXiv:2001.09309.
 
 import dataclasses
 
+from minibert.checkpoints.families import RELATIVE_LAYER_COPIES, SHARED_GROUP, family_of
 from minibert.deberta import DebertaModel
 from minibert.support.errors import ParameterError
 from minibert.support.layer_orders import check_depth
@@ -88,12 +89,13 @@ def deepen(model, layer_order, tied=False):
     check_layers(layer_order, model.config.num_hidden_layers, "layer_order")
     check_depth(len(layer_order), "layer_order")
     layer_order = source_layer_order(model, layer_order)   # depths -> the source's own layers (a tied one shares)
-    if isinstance(model, DebertaModel):
+    family = family_of(model)           # how it deepens: checkpoints/families.py
+    if family.deepens == RELATIVE_LAYER_COPIES:
         if tied:
             raise ParameterError("tied: minibert's DeBERTa has no layer_order to run one layer at several depths; "
                                  "duplicate it untied")
         return copy_deberta_layers(model, layer_order)
-    if model.config.model_type == "albert":
+    if family.deepens == SHARED_GROUP:
         if tied:
             raise ParameterError("tied: ALBERT's layers are already shared; its tied form runs the shared group "
                                  "more times (repeat_albert)")
@@ -167,7 +169,7 @@ def repeat_albert(model, k):
     are both multiples of G; other cases would silently reshuffle which group
     runs where, and are refused."""
     config = model.config
-    if config.model_type != "albert":
+    if family_of(model).deepens != SHARED_GROUP:
         raise ParameterError(f"k: only an ALBERT's shared layers run more times; this {type(model).__name__}'s "
                              f"layers are distinct: duplicate them instead (deepen)")
     if not isinstance(k, int) or k < 1:

@@ -1,5 +1,8 @@
 """Checkpoint formats, apart from the model (which knows none of them).
 
+  families.py       the model families, one entry each (classes, checkpoint
+                    names, tokenizer kind, how it deepens), which generic
+                    code asks instead of testing a model's family
   pretrained.py     load_pretrained / save_pretrained: find the folder, detect
                     its format, build the model and fill it, with a strict
                     report; write Hugging Face's layout

@@ -20,6 +20,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
+from minibert.checkpoints.families import LAYER_COPIES, family_of
 from minibert.support.errors import MiniBertError
 
 # `python -m minibert.checkpoints.name_maps` imports the package first, whose
@@ -110,7 +111,7 @@ def tied_copy_rows(config):
     tied): (depth, distinct layer) for every depth that is not the first to run
     its layer. Hugging Face has no tied layers, so these depths are written as
     copies and skipped on load."""
-    if config.model_type == "albert":
+    if family_of(config).deepens != LAYER_COPIES:   # ALBERT stores each shared group once, whatever runs it
         return []
     plan = config.depth_plan()
     return [(depth, layer) for depth, layer in enumerate(plan) if plan.index(layer) != depth]
@@ -196,14 +197,13 @@ def normalize_tf_names(tensors):
     return kept, skipped
 
 
-def normalize_hf_names(tensors, model_type="bert"):
+def normalize_hf_names(tensors, base_prefix="bert."):
     """Undo the spellings that differ between Hugging Face files:
     old `LayerNorm.gamma/beta`; `module.` (DistributedDataParallel) and
     `_orig_mod.` (torch.compile) prefixes, in any order; `BertModel` /
     `AlbertModel` files (e.g. sentence-transformers models) saved without the
-    `bert.` / `albert.` prefix. Drop buffers and tied duplicates. Returns
-    (tensors, skipped)."""
-    base_prefix = "albert." if model_type == "albert" else "bert."
+    `bert.` / `albert.` prefix (the family's base_prefix, families.py). Drop
+    buffers and tied duplicates. Returns (tensors, skipped)."""
     kept, skipped, tied = {}, [], {}
     for original, value in tensors.items():
         name = original

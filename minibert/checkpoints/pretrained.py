@@ -31,18 +31,20 @@ The models (model.py, deberta.py) know nothing of any of this.
 """
 
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 
 from minibert.checkpoints.deberta_names import (POSITION_TABLE, deberta_tensor_names, detect_deberta_heads,
                                                 layer_names, normalize_deberta_names)
+from minibert.checkpoints.families import LAYER_COPIES, SHARED_GROUP, family_of
 from minibert.checkpoints.name_maps import (LoadReport, detect_heads, expand, module_rows, normalize_hf_names,
                                             normalize_tf_names, tied_copy_rows)
 from minibert.deberta import MODEL_TYPES as DEBERTA_MODEL_TYPES, DebertaConfig, DebertaModel
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, read_json_object, write_json
-from minibert.model import ALBERT_DEFAULTS, BertConfig, BertModel, MaskedLMHead
+from minibert.model import BertConfig, BertModel, MaskedLMHead
 from minibert.support.tokenizer_files import TOKENIZER_FILES
 from minibert.tokenization import load_tokenizer
 
@@ -125,7 +127,8 @@ def read_config(config_file, with_deberta=False):
     The one place that knows how they differ:
 
     * Google's files name no model type; the file name says it.
-    * ALBERT's files may leave out what ALBERT's code assumes (ALBERT_DEFAULTS).
+    * ALBERT's files may leave out what ALBERT's code assumes (its family's
+      config_defaults, families.py).
     * In Google's albert_config.json, "gelu" means the tanh approximation
       (ALBERT's modeling.gelu, docs/formats.md 2.2), which we call "gelu_new";
       in a Hugging Face config.json "gelu" means the exact form, as for BERT.
@@ -145,10 +148,10 @@ def read_config(config_file, with_deberta=False):
     if model_type not in ("bert", "albert"):
         also = ", and 'deberta' and 'deberta-v2'" if with_deberta else ""
         raise MiniBertError(f"{config_file}: model_type is {model_type!r}; minibert reads 'bert' and 'albert'{also}")
-    if model_type == "albert":
-        for key, value in ALBERT_DEFAULTS.items():
-            values.setdefault(key, value)
-    if model_type == "bert" and values.get("layer_order") is not None:
+    family = family_of(model_type)
+    for key, value in family.config_defaults.items():
+        values.setdefault(key, value)
+    if family.deepens == LAYER_COPIES and values.get("layer_order") is not None:   # a tied duplicated BERT
         order = values["layer_order"]
         if (not isinstance(order, list) or not order
                 or not all(isinstance(g, int) and not isinstance(g, bool) for g in order)
@@ -177,10 +180,13 @@ def load_huggingface_folder(folder):
     else:
         weights = folder / "pytorch_model.bin"
         raw = load_torch_bin(weights)
-    if isinstance(config, DebertaConfig):
-        return build_and_fill_deberta(config, raw, source=str(weights))
-    tensors, skipped = normalize_hf_names(raw, config.model_type)
-    return build_and_fill(config, tensors, skipped, "huggingface", source=str(weights))
+    return HUGGINGFACE_CODE[family_of(config).model_class].read(config, raw, str(weights))
+
+
+def read_bert_tensors(config, raw, source):
+    """A BertModel (BERT, ALBERT) from a Hugging Face file's tensors."""
+    tensors, skipped = normalize_hf_names(raw, family_of(config).base_prefix)
+    return build_and_fill(config, tensors, skipped, "huggingface", source=source)
 
 
 def build_and_fill(config, tensors, skipped, source_format, source):
@@ -319,14 +325,23 @@ def check_layer_count(distinct_layers, tensors_per_layer, tensors, source):
 
 
 def huggingface_config(model):
-    """config.json as transformers expects it. A tied duplicated model is
+    """config.json as transformers expects it."""
+    return HUGGINGFACE_CODE[family_of(model).model_class].config(model)
+
+
+def huggingface_state_dict(model):
+    """Our tensors under Hugging Face names, each its own contiguous copy
+    (safetensors cannot store two names for one tensor)."""
+    return HUGGINGFACE_CODE[family_of(model).model_class].state_dict(model)
+
+
+def bert_huggingface_config(model):
+    """config.json of a BertModel (BERT, ALBERT). A tied duplicated model is
     written with every depth as its own layer (transformers has no tied
     layers) plus minibert's own `layer_order` key, which transformers ignores
     and minibert uses to tie the copies again on load."""
-    if isinstance(model, DebertaModel):
-        return deberta_huggingface_config(model)
     config = model.config
-    albert = config.model_type == "albert"
+    family = family_of(config)
     if model.mlm_head is not None and model.pair_head is not None:
         head = "ForPreTraining"
     elif model.mlm_head is not None:
@@ -337,9 +352,9 @@ def huggingface_config(model):
     # minibert-only fields are written below when they apply.
     minibert_only = ("model_type", "embedding_size", "num_hidden_groups", "inner_group_num", "layer_order",
                      "written_out")
-    values = {"architectures": [("Albert" if albert else "Bert") + head], "model_type": config.model_type,
+    values = {"architectures": [family.architecture + head], "model_type": config.model_type,
               **{k: v for k, v in config.to_dict().items() if k not in minibert_only}}
-    if albert:
+    if family.deepens == SHARED_GROUP:   # how ALBERT's shared layers are laid out (transformers' AlbertConfig)
         values.update(embedding_size=config.embedding_dim, num_hidden_groups=config.num_groups,
                       inner_group_num=config.inner_group_num)
     if config.layer_order is not None:
@@ -353,14 +368,10 @@ def huggingface_config(model):
     return values
 
 
-def huggingface_state_dict(model):
-    """Our tensors under Hugging Face names, each its own contiguous copy
-    (safetensors cannot store two names for one tensor; the MLM decoder is left
-    out because transformers ties it to the word embeddings)."""
-    if isinstance(model, DebertaModel):
-        state = model.state_dict()
-        return {name.theirs: name.from_ours(state).detach().to("cpu").contiguous().clone()
-                for name in deberta_tensor_names(model.config, **deberta_parts(model))}
+def bert_state_dict(model):
+    """huggingface_state_dict of a BertModel (BERT, ALBERT): the MLM decoder is
+    left out because transformers ties it to the word embeddings, and a tied
+    duplicated BERT's layers are written at every depth that runs them."""
     config = model.config
     heads = dict(with_pooler=model.pooler is not None, with_mlm_head=model.mlm_head is not None,
                  with_pair_head=model.pair_head is not None)
@@ -374,10 +385,11 @@ def huggingface_state_dict(model):
     return out
 
 
-# DebertaConfig fields that only v2/v3's code reads: left out of a v1
-# config.json, as in microsoft/deberta-base's (their defaults are v1's anyway).
-DEBERTA_V2_ONLY_FIELDS = ("position_buckets", "share_att_key", "norm_rel_ebd", "conv_kernel_size", "conv_act",
-                          "conv_groups", "attention_head_size")
+def deberta_state_dict(model):
+    """huggingface_state_dict of a DebertaModel, through deberta_names.py (v1's Q, K, V fused)."""
+    state = model.state_dict()
+    return {name.theirs: name.from_ours(state).detach().to("cpu").contiguous().clone()
+            for name in deberta_tensor_names(model.config, **deberta_parts(model))}
 
 
 def deberta_huggingface_config(model):
@@ -385,14 +397,13 @@ def deberta_huggingface_config(model):
     DebertaV2Config (v2, v3) fields, `"legacy": false` so that its
     Deberta(V2)ForMaskedLM builds the `lm_predictions` head the file holds
     (its default, legacy=true, builds another, BERT-style head;
-    docs/deberta.md 2), and float32 as for BERT (see huggingface_config)."""
+    docs/deberta.md 2), and float32 as for BERT (see bert_huggingface_config)."""
     config = model.config
-    family = "Deberta" if config.is_v1 else "DebertaV2"
+    family = family_of(config)
     head = "ForMaskedLM" if model.mlm_head is not None else "Model"
-    values = {"architectures": [family + head], **config.to_dict(), "legacy": False}
-    if config.is_v1:
-        for field_name in DEBERTA_V2_ONLY_FIELDS:
-            values.pop(field_name, None)
+    values = {"architectures": [family.architecture + head], **config.to_dict(), "legacy": False}
+    for field_name in family.unwritten_fields:      # v1: the fields only v2/v3's code reads
+        values.pop(field_name, None)
     values.update(dtype="float32", torch_dtype="float32")
     return values
 
@@ -418,7 +429,7 @@ def save_pretrained(model, directory, tokenizer=None, *, head=None, labels=None)
     write_json(directory / "config.json", config)
     source = getattr(model, "source_dir", None)
     if tokenizer is None and source is not None:
-        if isinstance(model, DebertaModel) and has_deberta_tokenizer(source):
+        if family_of(model).copies_tokenizer and has_deberta_tokenizer(source):
             copy_deberta_tokenizer_files(source, directory)
         elif any((Path(source) / n).exists() for n in TOKENIZER_FILES):
             tokenizer = load_tokenizer(source)
@@ -441,3 +452,18 @@ def copy_deberta_tokenizer_files(source, directory):
         if (Path(source) / file_name).is_file():
             with atomic_write(Path(directory) / file_name) as f:
                 f.write((Path(source) / file_name).read_bytes())
+
+
+class HuggingFaceCode(NamedTuple):
+    """How one model class's Hugging Face files are read and written: its
+    tensors through its name map (name_maps.py, deberta_names.py)."""
+    read: Callable          # (config, the file's tensors, source) -> the model, filled
+    config: Callable        # model -> config.json's fields
+    state_dict: Callable    # model -> {Hugging Face name: tensor}
+
+
+# A family's entry (families.py) names its model class; this table, its checkpoint code.
+HUGGINGFACE_CODE = {
+    BertModel: HuggingFaceCode(read_bert_tensors, bert_huggingface_config, bert_state_dict),
+    DebertaModel: HuggingFaceCode(build_and_fill_deberta, deberta_huggingface_config, deberta_state_dict),
+}

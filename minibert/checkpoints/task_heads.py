@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
+from minibert.checkpoints.families import family_of
 from minibert.checkpoints.name_maps import LINEAR, TASK_HEAD_PREFIXES, expand
 from minibert.checkpoints.safetensors import load_safetensors
-from minibert.deberta import DebertaModel
 from minibert.heads import OutputLayer, SpanHead
 from minibert.support.errors import MiniBertError
 
@@ -61,18 +61,11 @@ def head_tensor_names(kind):
                   "huggingface")
 
 
-def family(model):
-    """transformers' name for the model family: Bert, Albert, Deberta or DebertaV2."""
-    if isinstance(model, DebertaModel):
-        return "Deberta" if model.config.is_v1 else "DebertaV2"
-    return "Albert" if model.config.model_type == "albert" else "Bert"
-
-
 def head_config(model, head, labels):
     """The config.json fields a task model adds: its architecture and labels."""
     kind = head_kind(head)
     labels = SPAN_LABELS if kind == "span" else list(labels)
-    return {"architectures": [family(model) + TASK_HEADS[kind][0]], "num_labels": len(labels),
+    return {"architectures": [family_of(model).architecture + TASK_HEADS[kind][0]], "num_labels": len(labels),
             "id2label": {str(i): label for i, label in enumerate(labels)},
             "label2id": {label: i for i, label in enumerate(labels)}}
 

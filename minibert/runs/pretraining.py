@@ -3,7 +3,8 @@ cache, the output folder, resume, and the model folder written at the end,
 around the lesson's objective (minibert/pretraining.py) and the loop
 (runs.training.train).
 
-One loop pretrains three architectures, told apart by the config's type:
+One loop pretrains three architectures, told apart by the config's family
+(checkpoints/families.py):
   * BERT and ALBERT (BertConfig -> BertModel): MLM, optionally with NSP or SOP.
   * DeBERTa (DebertaConfig -> DebertaModel, minibert/deberta.py): MLM only.
     The official pre-training code (mlm_task.py, docs/deberta.md 2) has no
@@ -25,8 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from minibert.checkpoints import read_config, save_pretrained
-from minibert.deberta import DebertaConfig, DebertaModel
-from minibert.model import BertModel
+from minibert.checkpoints.families import family_of
 from minibert.pretraining import MaskedLMObjective, evaluate_mlm
 from minibert.pretraining_data import PretrainingBatches, pack_blocks
 from minibert.support.errors import MiniBertError
@@ -137,25 +137,25 @@ def read_model_config(config_file):
     return read_config(config_file, with_deberta=True)
 
 
-def is_deberta(model_config):
-    return isinstance(model_config, DebertaConfig)
-
-
 def check_pair_objective(model_config, pair_objective):
-    if is_deberta(model_config) and pair_objective != "none":
-        raise MiniBertError(f"--pair-objective {pair_objective}: DeBERTa pretrains with MLM only (no NSP or "
+    family = family_of(model_config)
+    if not family.with_pair_head and pair_objective != "none":
+        raise MiniBertError(f"--pair-objective {pair_objective}: {family.name} pretrains with MLM only (no NSP or "
                             f"SOP); use --pair-objective none")
 
 
 def build_model(model_config, pair_objective):
-    """A freshly initialised model for pretraining: BERT/ALBERT with the MLM
-    head (plus the pooler and the pair head for NSP/SOP), or DeBERTa with the
-    MLM head it reads through the Enhanced Mask Decoder. (pretrain has
-    checked pair_objective against the config.)"""
-    if is_deberta(model_config):
-        return DebertaModel(model_config, with_pooler=False, with_mlm_head=True)
+    """A freshly initialised model for pretraining, of the config's family
+    (checkpoints/families.py): BERT/ALBERT with the MLM head (plus the pooler
+    and the pair head for NSP/SOP), or DeBERTa with the MLM head it reads
+    through the Enhanced Mask Decoder. (pretrain has checked pair_objective
+    against the config.)"""
+    family = family_of(model_config)
     with_pair = pair_objective != "none"
-    return BertModel(model_config, with_pooler=with_pair, with_mlm_head=True, with_pair_head=with_pair)
+    heads = dict(with_pooler=with_pair, with_mlm_head=True)
+    if family.with_pair_head:
+        heads["with_pair_head"] = with_pair
+    return family.model_class(model_config, **heads)
 
 
 def check_max_seq_len(max_seq_len, model_config):

@@ -26,13 +26,21 @@ from minibert.support.fileio import atomic_write, read_json_object, write_json
 # spm.model (v2/v3), vocab.json + merges.txt (v1).
 TOKENIZER_FILES = ["vocab.txt", "spiece.model", "30k-clean.model", "tokenizer.json", "spm.model", "vocab.json"]
 
-# Each family's own tokenizer file (named in messages), and the model type its
-# tokenizer has in a tokenizer.json. Families are named as config.json's model_type.
+# Each family's own tokenizer file (named in messages), and its tokenizer's
+# algorithm, the model.type of a tokenizer.json. Families are named as
+# config.json's model_type.
 FAMILY_TOKENIZERS = {"bert": ("vocab.txt", "WordPiece"), "albert": ("spiece.model", "Unigram"),
                      "deberta-v2": ("spm.model", "Unigram"), "deberta": ("vocab.json + merges.txt", "BPE")}
 # transformers' tokenizer classes (tokenizer_config.json "tokenizer_class") -> family.
 TOKENIZER_CLASSES = {"BertTokenizer": "bert", "AlbertTokenizer": "albert", "DebertaV2Tokenizer": "deberta-v2",
                      "DebertaTokenizer": "deberta"}
+# What tokenizer_config.json says of a family's released tokenizer besides its
+# special tokens (the options of transformers' tokenizer class); write_tokenizer_files.
+SAVED_TOKENIZER_OPTIONS = {
+    "albert": {"tokenizer_class": "AlbertTokenizer", "keep_accents": False, "remove_space": True},
+    "deberta-v2": {"tokenizer_class": "DebertaV2Tokenizer", "vocab_type": "spm", "split_by_punct": False},
+    "deberta": {"tokenizer_class": "DebertaTokenizer", "vocab_type": "gpt2", "add_prefix_space": False},
+}
 
 
 @dataclass
@@ -92,17 +100,17 @@ def find_tokenizer_files(path):
     return TokenizerFiles("wordpiece", "bert", file, lower, folder, vocab=vocab)
 
 
-def tokenizer_json_files(file, model_type, folder, config):
+def tokenizer_json_files(file, algorithm, folder, config):
     """A Unigram or BPE tokenizer.json (as transformers 5 saves ALBERT,
     DeBERTa-v2/v3 and DeBERTa v1): which family, from what the folder says
     (a Unigram file with no family named is ALBERT's, a BPE one DeBERTa v1's)."""
     family, said_by = folder_family(folder, config)
     if family is None:
-        family = "albert" if model_type == "Unigram" else "deberta"
-    if FAMILY_TOKENIZERS[family][1] != model_type:
-        raise MiniBertError(f"{file}: a {model_type} tokenizer, but {said_by.name} says {family}, whose tokenizer is "
+        family = "albert" if algorithm == "Unigram" else "deberta"
+    if FAMILY_TOKENIZERS[family][1] != algorithm:
+        raise MiniBertError(f"{file}: a {algorithm} tokenizer, but {said_by.name} says {family}, whose tokenizer is "
                             f"{FAMILY_TOKENIZERS[family][1]} ({FAMILY_TOKENIZERS[family][0]})")
-    kind = "sentencepiece" if model_type == "Unigram" else "byte-level-bpe"
+    kind = "sentencepiece" if algorithm == "Unigram" else "byte-level-bpe"
     return TokenizerFiles(kind, family, file, config.get("do_lower_case", family == "albert"), folder,
                           split_by_punct=config.get("split_by_punct", False), whole_pipeline=True)
 
@@ -234,13 +242,13 @@ def vocab_from_tokenizer_json(path, folder=None, config=None):
     """The WordPiece vocabulary (token -> id) of a Hugging Face tokenizer.json
     (a Unigram or BPE one is read by tokenizer_json_files instead)."""
     model = read_json_object(path).get("model")
-    model_type = model.get("type") if isinstance(model, dict) else None
+    algorithm = model.get("type") if isinstance(model, dict) else None
     family, said_by = folder_family(folder, config or {}) if folder is not None else (None, None)
     if family not in (None, "bert"):
-        raise MiniBertError(f"{path}: model.type is {model_type!r}; {said_by.name} says {family}, whose tokenizer "
+        raise MiniBertError(f"{path}: model.type is {algorithm!r}; {said_by.name} says {family}, whose tokenizer "
                             f"is {FAMILY_TOKENIZERS[family][1]} ({FAMILY_TOKENIZERS[family][0]} or tokenizer.json)")
-    if model_type != "WordPiece":
-        raise MiniBertError(f"{path}: model.type is {model_type!r}; minibert reads the tokenizer.json of a "
+    if algorithm != "WordPiece":
+        raise MiniBertError(f"{path}: model.type is {algorithm!r}; minibert reads the tokenizer.json of a "
                             f"WordPiece (BERT), Unigram (ALBERT, DeBERTa-v2/v3) or BPE (DeBERTa v1) tokenizer")
     if not isinstance(model.get("vocab"), dict):
         raise MiniBertError(f"{path}: model.vocab is not an object of token -> id")
@@ -347,14 +355,10 @@ def write_tokenizer_files(tokenizer, directory):
         for name, data in tokenizer.files.items():  # the files it was read from, unchanged
             with atomic_write(directory / name) as f:
                 f.write(data)
-        specials = {"bos_token": tokens["cls"], "eos_token": tokens["sep"]}
-        if tokenizer.model_type == "deberta-v2":
-            config.update(specials, tokenizer_class="DebertaV2Tokenizer", vocab_type="spm",
-                          split_by_punct=tokenizer.split_by_punct)
-        elif tokenizer.model_type == "deberta":
-            config.update(specials, tokenizer_class="DebertaTokenizer", vocab_type="gpt2", add_prefix_space=False)
-        else:
-            config.update(tokenizer_class="AlbertTokenizer", keep_accents=False, remove_space=True, **specials)
+        options = SAVED_TOKENIZER_OPTIONS[tokenizer.model_type]
+        config.update({"bos_token": tokens["cls"], "eos_token": tokens["sep"]}, **options)
+        if "split_by_punct" in options:          # DeBERTa v2/v3's pre-splitting: the tokenizer's own setting
+            config["split_by_punct"] = tokenizer.split_by_punct
     write_json(directory / "tokenizer_config.json", config)
     with atomic_write(directory / "tokenizer.json", "w") as f:   # through Python, so a full disk is one line
         f.write(tokenizer.backend.to_str(pretty=True))
