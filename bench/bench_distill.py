@@ -52,7 +52,7 @@ from minibert.checkpoints import load_pretrained  # noqa: E402
 from minibert.distillation import student_logits  # noqa: E402
 from minibert.runs.distillation import parameter_counts  # noqa: E402
 from minibert.runs.student_folder import load_student  # noqa: E402
-from minibert.support.distillation.student_config import StudentConfig  # noqa: E402
+from minibert.lstm import StudentConfig  # noqa: E402
 from minibert.support.distillation.student_inputs import WordTokenizer, build_vocabulary, collate_student  # noqa: E402
 from minibert.support.distillation.words import split_words  # noqa: E402
 from minibert.finetuning import TaskModel, collate  # noqa: E402

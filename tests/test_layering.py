@@ -19,7 +19,9 @@ knows no output folder.
 """
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import minibert
@@ -176,8 +178,8 @@ def test_a_run_calls_its_lesson():
 # ----------------------------------------------------------------------------
 
 README = PACKAGE_DIR.parent / "README.md"
-READING_PATH_TARGET = 5100      # lines, about three quarters of the original authors' code for the same scope
-                                # (5,000 before the schedule keyed to a time budget joined training.py)
+READING_PATH_CODE_TARGET = 2800     # code lines: about what Google's BERT files hold for the same scope; docstrings
+                                    # and comments are free, so no explanation is ever cut to meet it
 
 
 def reading_path_files():
@@ -192,14 +194,50 @@ def reading_path_files():
     return [PACKAGE_DIR.parent / name for name in dict.fromkeys(names)]
 
 
+def code_lines(source):
+    """The numbers of the lines that hold code: not blank, not only a comment,
+    not part of a docstring (a string standing alone as the first statement of
+    a module, class or function)."""
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    lines = set()
+    skipped = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in skipped:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return lines - docstrings
+
+
+def test_code_lines_leave_out_blanks_comments_and_docstrings():
+    source = '''"""Module docstring,
+two lines."""
+
+import os   # a comment after code counts as code
+
+
+def f(x):
+    """A docstring."""
+    # a comment alone
+    text = """a string that is
+    not a docstring"""
+    return x + 1
+'''
+    assert sorted(code_lines(source)) == [4, 7, 10, 11, 12]
+
+
 def test_the_reading_path_names_lessons_only_and_stays_within_its_target():
     files = reading_path_files()
     assert len(files) >= 15 and all(path.is_file() for path in files), files
     for path in files:
         level = level_of(module_name(path))
         assert level in (LEVEL_NAMES.index("model files"), LESSONS), f"{path.name}: level {level}, not a lesson"
-    lines = sum(len(path.read_text(encoding="utf-8").splitlines()) for path in files)
-    assert lines <= READING_PATH_TARGET, f"the reading path is {lines} lines, the target {READING_PATH_TARGET}"
+    code = {path.name: len(code_lines(path.read_text(encoding="utf-8"))) for path in files}
+    assert sum(code.values()) <= READING_PATH_CODE_TARGET, (
+        f"the reading path holds {sum(code.values())} code lines, the target {READING_PATH_CODE_TARGET}: {code}")
 
 
 def test_no_lesson_names_a_command_line_flag():
