@@ -240,6 +240,61 @@ def test_the_reading_path_names_lessons_only_and_stays_within_its_target():
         f"the reading path holds {sum(code.values())} code lines, the target {READING_PATH_CODE_TARGET}: {code}")
 
 
+# Every algorithm the README's seven reading-path steps name -> the functions and
+# classes that write it out. Each must be defined in a file the path names, so a
+# student reads the algorithm there and never needs support/ to understand it.
+READING_PATH_ALGORITHMS = {
+    # 1. the encoder (BERT; ALBERT's factorised embeddings and shared layers)
+    "embeddings": ["Embeddings"], "attention": ["attention", "SelfAttention"], "feed-forward block": ["FeedForward"],
+    "LayerNorm": ["layer_norm", "LayerNorm"], "the layer": ["TransformerLayer"], "the heads": ["MaskedLMHead", "Pooler"],
+    "ALBERT's depth plan": ["depth_plan"], "the model's config": ["BertConfig"],
+    # 2. tokenization (BERT, ALBERT, DeBERTa)
+    "the basic tokenizer": ["basic_tokenize", "clean_text", "tokenize_chinese_chars", "split_on_punctuation"],
+    "WordPiece": ["wordpiece", "written_out_tokenize"], "BERT's truncation": ["truncate_seq_pair"],
+    "the fast path": ["Tokenizer"], "ALBERT's preprocess_text": ["preprocess_text"],
+    "ALBERT's digit-comma rule": ["albert_piece_score"], "DeBERTa's split_by_punct": ["run_split_on_punc"],
+    "SentencePiece's word starts": ["sentencepiece_words"],
+    # 3. pretraining
+    "sentence splitting (NSP/SOP segments)": ["split_sentences"], "packing": ["pack_blocks"],
+    "masking 80/10/10": ["mask_tokens", "corrupt_chosen"], "NSP and SOP": ["PretrainingBatches"],
+    "the sparse MLM loss": ["masked_lm_loss"], "the training step": ["training_step"],
+    "AdamW": ["AdamW", "adamw_update"], "warm-up and linear decay": ["warmup_then_linear_decay"],
+    # 4. Kao et al.
+    "probing every layer": ["probe_model", "hidden_states"], "duplicating layers": ["duplicate_order", "deepen"],
+    "tied duplicates": ["tied_layers"],
+    # 5. fine-tuning
+    "one output layer per task type": ["OutputLayer", "SpanHead", "TaskModel"],
+    "the tasks": ["ClassificationTask", "NerTask", "SquadTask"],
+    "the official metrics": ["squad_v1_metrics", "squad_v2_metrics", "conlleval", "binary_f1"],
+    # 6. DeBERTa
+    "disentangled attention": ["disentangled_attention", "DisentangledSelfAttention"],
+    "relative positions and log buckets": ["relative_index", "log_bucket"],
+    "the enhanced mask decoder": ["enhanced_mask_decoder"], "SiFT": ["ascent_step", "SiftObjective", "normalise"],
+    # 7. distillation (Tang et al.)
+    "the LSTM": ["lstm_cell", "LSTM"], "the BiLSTM student": ["BiLSTMClassifier"], "its config": ["StudentConfig"],
+    "sentence pairs: the siamese student": ["is_pair_task"], "the transfer set": ["transfer_set", "augment_words"],
+    "the loss": ["distillation_loss"], "Tang's settings and per-task defaults": ["DistillationSettings"],
+    "Tang's optimizer (Adadelta, constant rate)": ["optimizer_factory"],
+}
+
+
+def defined_names(path):
+    return {node.name for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def test_every_algorithm_the_reading_path_names_is_defined_on_it():
+    on_the_path = set().union(*(defined_names(path) for path in reading_path_files()))
+    missing = {algorithm: [name for name in names if name not in on_the_path]
+               for algorithm, names in READING_PATH_ALGORITHMS.items()}
+    missing = {algorithm: names for algorithm, names in missing.items() if names}
+    assert not missing, f"defined off the reading path (or nowhere): {missing}"
+    in_support = set().union(*(defined_names(path) for name, path in package_modules().items()
+                               if level_of(name) == LEVEL_NAMES.index("support")))
+    copied = sorted(in_support & {name for names in READING_PATH_ALGORITHMS.values() for name in names})
+    assert not copied, f"support defines reading-path algorithms too (one home each): {copied}"
+
+
 def test_no_lesson_names_a_command_line_flag():
     # A lesson's errors name its parameters; a script translates them to its flags.
     flag = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
