@@ -21,6 +21,8 @@ minibert/runs/distillation.py. [Tang] Tang, Lu, Liu, Mou, Vechtomova, Lin
 """
 
 import dataclasses
+import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
@@ -28,12 +30,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from minibert.augment import transfer_set
+from minibert.augment import MASK, split_words, transfer_set
 from minibert.finetuning import run_model
 from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier, StudentConfig
-from minibert.support.distillation.student_inputs import (PieceTokenizer, WordTokenizer, build_vocabulary,
-                                                          collate_student)
+from minibert.support.distillation.student_inputs import collate_student, read_word_vocabulary, write_word_vocabulary
 from minibert.support.distillation.word_vectors import StartingEmbeddings
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
@@ -132,6 +133,88 @@ PAPER_CONFIGS = {"sst2": {"embeddings_mode": "multichannel", "embedding_dim": 30
 
 
 # ---- 1. The student's inputs --------------------------------------------------------------------
+#
+# Tang et al.'s student reads words, not word pieces: a vocabulary of the
+# transfer set's words ([PAD], [UNK], [MASK], then the words by frequency),
+# split exactly as the augmenter splits them, so that an augmented "[MASK]" is
+# one word. With settings.embeddings "teacher" it reads the teacher's own
+# pieces instead (PieceTokenizer).
+
+
+SPECIAL_WORDS = ("[PAD]", "[UNK]", MASK)     # ids 0, 1, 2
+
+
+def words_of(text):
+    """split_words, except that the augmenter's "[MASK]" stays one word
+    (split_words would give "[", "mask", "]")."""
+    words = []
+    for piece in re.split(r"(\[MASK\])", text):
+        words.extend([MASK] if piece == MASK else split_words(piece))
+    return words
+
+
+def build_vocabulary(texts, min_count=1):
+    """[PAD], [UNK], [MASK], then every word occurring at least `min_count`
+    times, most frequent first (ties alphabetically, so the order is a
+    function of the texts alone)."""
+    counts = Counter(word for text in texts for word in words_of(text))
+    for special in SPECIAL_WORDS:
+        counts.pop(special, None)
+    words = sorted((w for w, n in counts.items() if n >= min_count), key=lambda w: (-counts[w], w))
+    return list(SPECIAL_WORDS) + words
+
+
+class WordTokenizer:
+    """A word vocabulary: text -> word ids (words_of), unknown words -> [UNK]."""
+
+    kind = "words"
+
+    def __init__(self, words, max_seq_len):
+        if list(words[:len(SPECIAL_WORDS)]) != list(SPECIAL_WORDS):
+            raise MiniBertError(f"a word vocabulary must start with {', '.join(SPECIAL_WORDS)}")
+        self.words = list(words)
+        self.ids = {word: i for i, word in enumerate(self.words)}
+        self.pad_id, self.unk_id, self.mask_id = 0, 1, 2
+        self.vocab_size = len(self.words)
+        self.max_seq_len = max_seq_len
+
+    def encode_many(self, texts):
+        """One list of ids per text: at most max_seq_len, at least one ([UNK]
+        for an empty text: the LSTM needs a real token to read)."""
+        encoded = []
+        for text in texts:
+            ids = [self.ids.get(word, self.unk_id) for word in words_of(text)[:self.max_seq_len]]
+            encoded.append(ids or [self.unk_id])
+        return encoded
+
+    def save(self, folder):
+        write_word_vocabulary(folder, self.words)     # vocab.txt: support/distillation/student_inputs.py
+
+    @classmethod
+    def load(cls, folder, max_seq_len):
+        """The vocabulary of a student folder's vocab.txt, checked."""
+        return cls(read_word_vocabulary(folder, SPECIAL_WORDS), max_seq_len)
+
+
+class PieceTokenizer:
+    """The teacher's own tokenizer (WordPiece or SentencePiece), without
+    [CLS]/[SEP]: the student reads the teacher's pieces (settings.embeddings
+    "teacher"), and starts from the teacher's embeddings of them."""
+
+    kind = "teacher"
+
+    def __init__(self, tokenizer, max_seq_len):
+        self.tokenizer = tokenizer
+        self.pad_id, self.unk_id = tokenizer.pad_id, tokenizer.unk_id
+        self.vocab_size = tokenizer.vocab_size
+        self.max_seq_len = max_seq_len
+
+    def encode_many(self, texts):
+        encodings = self.tokenizer.encode_many(texts, max_length=self.max_seq_len + 2)
+        return [e.ids[1:-1] or [self.unk_id] for e in encodings]      # drop [CLS] ... [SEP]
+
+    def save(self, folder):
+        self.tokenizer.save(folder)
 
 
 def student_tokenizer(settings, teacher, transfer):

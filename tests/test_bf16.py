@@ -13,7 +13,7 @@ from minibert.lstm import BiLSTMClassifier
 from minibert.runs.student_folder import save_student
 from minibert.support.devices import autocast
 from minibert.lstm import StudentConfig
-from minibert.support.distillation.student_inputs import PieceTokenizer
+from minibert.distillation import PieceTokenizer
 from minibert.tasks import make_task
 from minibert.tokenization import load_tokenizer
 from distill_helpers import make_distillation_data, one_thread

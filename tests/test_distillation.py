@@ -16,10 +16,10 @@ from minibert.distillation import DistillationObjective, distillation_loss, stud
 from minibert.finetuning import LengthGroupedBatches
 from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier
-from minibert.distillation import DistillationSettings, optimizer_factory
+from minibert.distillation import DistillationSettings, WordTokenizer, build_vocabulary, optimizer_factory
 from minibert.lstm import StudentConfig
 from minibert.support.distillation.settings import pos_file_path
-from minibert.support.distillation.student_inputs import WordTokenizer, build_vocabulary, collate_student
+from minibert.support.distillation.student_inputs import collate_student
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
 from minibert.runs.training import Context, TrainingConfig, train
