@@ -13,7 +13,6 @@ import time
 from collections import namedtuple
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
 from minibert.augment import PosLexicon
