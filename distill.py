@@ -54,6 +54,10 @@ from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
 from minibert.support.distillation.student_config import MAX_EMBEDDING_DIM
 from minibert.support.task_registry import CLASSIFICATION
 
+# The part-of-speech lexicon when --pos-file is not given: CoNLL-2003's training file in the data folder next to
+# the repository (this script's folder; the package itself knows no folder of the repository).
+DEFAULT_POS_FILE = Path(__file__).resolve().parent.parent / "shared" / "data" / "conll2003" / "eng.train"
+
 TASKS = list(CLASSIFICATION)          # the sentence(-pair) classification tasks
 
 parser = ArgumentParser(prog="distill.py", description=__doc__, formatter_class=HelpFormatter)
@@ -199,7 +203,7 @@ def main(argv=None):
 
 
 def settings_from(args):
-    from minibert.support.distillation.settings import PAPER_CONFIGS, DistillationSettings
+    from minibert.distillation import PAPER_CONFIGS, DistillationSettings
     from minibert.support.errors import MiniBertError
     for key, value in PAPER_CONFIGS.get(args.paper_config, {}).items():
         if getattr(args, key) == parser.get_default(key):      # a flag given explicitly wins over the preset
@@ -215,7 +219,7 @@ def settings_from(args):
         hidden_size=args.hidden_size, fc_size=args.fc_size, pooling=args.pooling, dropout=args.dropout,
         min_count=args.min_count, max_seq_len=args.max_seq_len, augment=not args.no_augment,
         n_iter=args.n_iter, p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng, max_ngram=args.max_ngram,
-        pos_file=args.pos_file, cache_dir=str(args.cache_dir) if args.cache_dir else None,
+        pos_file=args.pos_file or (str(DEFAULT_POS_FILE) if DEFAULT_POS_FILE.is_file() else None), cache_dir=str(args.cache_dir) if args.cache_dir else None,
         teacher_batch_size=args.teacher_batch_size, alpha=args.alpha, optimizer=args.optimizer, lr=args.lr,
         rho=args.rho, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, epochs=args.epochs,
         batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, seed=args.seed,

@@ -26,20 +26,39 @@ lines, e.g. CoNLL-2003's POS column): each word gets its most frequent tag
 (the authors tagged with NLTK; a lexicon needs no tagger, at the price that a
 word always has the same tag). Words it does not know are only masked.
 
-Texts are lower-cased and split by support/distillation/words.split_words; samples are
-words joined by single spaces. Example i draws from its own numpy Generator,
+Texts are lower-cased and split into words and punctuation marks (`split_words`);
+samples are words joined by single spaces. Example i draws from its own numpy Generator,
 seeded with seed_from(seed, "augment", i), whatever the other examples
 ([Tang] arXiv:1903.12136, section 3).
 """
 
+import re
 from collections import defaultdict
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from minibert.support.distillation.words import MASK, check_augmentation, split_words, tagged_word_counts
+from minibert.support.distillation.words import check_augmentation, tagged_word_counts
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
+
+MASK = "[MASK]"
+
+# ---- Words --------------------------------------------------------------------------------------
+
+WORD = re.compile(r"\w+|[^\w\s]")      # a run of letters and digits, or one punctuation mark
+
+
+def split_words(text):
+    """Lower-cased words and punctuation marks: "Don't!" -> don ' t !
+
+    The unit that augmentation masks or replaces and that the student's word
+    vocabulary counts (distillation.words_of). The authors' code splits with
+    NLTK; a regular expression is minibert's simpler choice, with no tagger's
+    tokenizer to install. Lower-cased so that "The" and "the" are one word
+    with one vector."""
+    return WORD.findall(text.lower())
+
 
 # ---- One sample ---------------------------------------------------------------------------------
 
@@ -198,8 +217,9 @@ class PosLexicon:
 
     @classmethod
     def from_file(cls, path):
-        """The lexicon of one tagged file (support/distillation/words.tagged_word_counts)."""
-        return cls(tagged_word_counts([path]))
+        """The lexicon of one tagged file (support/distillation/words.tagged_word_counts), its words
+        those that split_words keeps whole."""
+        return cls(tagged_word_counts([path], split_words))
 
     def tag_of(self, word):
         """The word's most frequent tag, or None for a word the lexicon does not know."""

@@ -12,31 +12,209 @@ training set. This file reads in the paper's order ([Tang] section 3):
   4. THE loss ("Distillation Objective"), on logits:
          L = alpha * CE(z^(S), gold label) + (1 - alpha) * ||z^(B) - z^(S)||^2
 
-The run (runs.training.train with Adadelta, the best epoch kept) is in
+  5. the optimizer: Adadelta at a constant rate, as the authors' code.
+
+The settings (DistillationSettings) and their per-task defaults come first.
+The run (runs.training.train with this optimizer, the best epoch kept) is in
 minibert/runs/distillation.py. [Tang] Tang, Lu, Liu, Mou, Vechtomova, Lin
 2019, arXiv:1903.12136; the authors' code castorini/d-bert (docs/papers.md 2.2).
 """
 
 import dataclasses
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from minibert.augment import transfer_set
+from minibert.augment import MASK, split_words, transfer_set
 from minibert.finetuning import run_model
 from minibert.heads import IGNORE_INDEX
-from minibert.lstm import BiLSTMClassifier
-from minibert.support.distillation.settings import is_pair_task
-from minibert.support.distillation.student_config import StudentConfig
-from minibert.support.distillation.student_inputs import (PieceTokenizer, WordTokenizer, build_vocabulary,
-                                                          collate_student)
+from minibert.lstm import BiLSTMClassifier, StudentConfig
+from minibert.support.distillation.student_inputs import collate_student, read_word_vocabulary, write_word_vocabulary
 from minibert.support.distillation.word_vectors import StartingEmbeddings
 from minibert.support.errors import MiniBertError
 from minibert.support.seeds import seed_from
 from minibert.support.task_files import ClassificationExample
 
+# ---- 0. The settings and their per-task defaults ------------------------------------------------
+
+SINGLE_SENTENCE_TASKS = ("sst2",)          # the other classification tasks are sentence pairs: a siamese student
+
+
+def is_pair_task(task):
+    """A sentence-pair task gets the siamese student ([Tang] section 3)."""
+    return task.name not in SINGLE_SENTENCE_TASKS
+
+
+@dataclass
+class DistillationSettings:
+    """Tang et al.'s settings: everything a distillation run needs besides the
+    data and the teacher (the values and why, beside each field; the paper's
+    and the authors' code's values: docs/papers.md section 2). None means "the
+    default for this task" (resolved by `resolved`)."""
+
+    # the student (minibert/lstm.py; defaults: d-bert's confs/birnn_sst2.json)
+    embeddings: str = "random"               # "random" (U(-0.25, 0.25), Tang's "rand"), "teacher", or a
+                                             # word2vec/GloVe text file
+    embedding_dim: Optional[int] = None      # 300; a vectors file's own; the teacher's width
+    hidden_size: Optional[int] = None        # per direction: 150 (single sentences), 300 (pairs)
+    fc_size: int = 200
+    pooling: str = "final"                   # "final" states (the authors' default) or "max" over time
+    dropout: float = 0.1
+    min_count: int = 1                       # a word enters the vocabulary when it occurs this often
+    max_seq_len: int = 128                   # words (or word pieces) per text for the student
+    # The authors' embedding modes (d-bert model/base.py): "rand" (random vectors, trained), "static" (frozen:
+    # distill.py --freeze-embeddings), "nonstatic" (trained), "multichannel" (a frozen and a trained copy of the
+    # same vectors concatenated: a 2E-d LSTM input, the paper's 0.96M SST-2 student). None: rand for random
+    # vectors, nonstatic for a vectors file or the teacher's.
+    embeddings_mode: Optional[str] = None
+    # the transfer set ([Tang] section 3.2; minibert/augment.py)
+    augment: bool = True
+    n_iter: Optional[int] = None             # samples per example: 20 (single sentences), 10 (pairs)
+    p_mask: float = 0.1
+    p_pos: float = 0.1
+    p_ng: float = 0.25
+    max_ngram: int = 5
+    pair_augment: str = "consistent"         # one fate per word across a pair; "independent": each sentence on
+                                             # its own, as the authors' augment_paired_data.py
+    pos_file: Optional[str] = None           # 'word TAG' lines (distill.py's default: CoNLL-2003's eng.train)
+    cache_dir: Optional[str] = None          # default: $MINIBERT_CACHE/distill (~/.cache/minibert/distill)
+    teacher_batch_size: int = 128
+    # the loss and the training
+    # alpha: 0, the distillation term alone. The augmented samples (about 95%
+    # of the transfer set at n_iter 20) have no gold label, and the teacher's
+    # logits on the originals already carry it. The authors' code weighs both
+    # terms 1 (confs/base.json): that is --alpha 0.5, because Adadelta's step
+    # hardly depends on the loss's overall scale.
+    alpha: Optional[float] = None            # 0.0 with a teacher; 1.0 (gold labels only) without
+    distill_term: str = "mse"                # (1/K)||z^(B) - z^(S)||^2 as torch's MSE and the authors' code; or
+                                             # "squared-l2": ||z^(B) - z^(S)||^2, the paper's equation
+    unlabelled_target: str = "none"          # the CE target of an augmented sample: none (L_distill only), or
+                                             # "teacher": the teacher's argmax, the paper's reading
+    optimizer: str = "adadelta"              # d-bert's Adadelta(rho=0.95); or "adam"
+    lr: Optional[float] = None               # 1.0 for Adadelta (its usual value), 5e-4 for Adam (d-bert's lr)
+    rho: float = 0.95
+    weight_decay: float = 0.0
+    max_grad_norm: float = 0.0               # 0: no clipping (d-bert clips at 30000, which never binds)
+    epochs: int = 30
+    batch_size: int = 50
+    eval_batch_size: int = 256
+    seed: int = 0
+    max_train_examples: Optional[int] = None
+    max_minutes: Optional[float] = None
+    bf16: bool = False                       # bfloat16 autocast for every forward (teacher and student), as
+                                             # finetune.py --bf16; weights stay float32. False: float32 throughout
+
+    def resolved(self, task, with_teacher):
+        """A copy with every None replaced by its value for this task: the
+        wider student (300 per direction) and fewer samples per example (10)
+        for sentence pairs, as the authors' confs; alpha 0 when there are
+        teacher logits to learn from; each optimizer's usual rate."""
+        pair = is_pair_task(task)
+        values = dataclasses.asdict(self)
+        defaults = {"hidden_size": 300 if pair else 150, "n_iter": 10 if pair else 20,
+                    "alpha": 0.0 if with_teacher else 1.0, "lr": 1.0 if self.optimizer == "adadelta" else 5e-4}
+        defaults["embeddings_mode"] = "rand" if self.embeddings == "random" else "nonstatic"
+        for key, value in defaults.items():
+            if values[key] is None:
+                values[key] = value
+        return DistillationSettings(**values)
+
+
+# The paper's students, one flag each (--paper-config): d-bert's confs/birnn_sst2_150.json, the SST-2 BiLSTM of
+# Table 3 with 0.96M parameters besides its embeddings: 300-d vectors in "multichannel" (600-d LSTM input),
+# hidden 150 per direction, fc 200, dropout 0.1, batch 50 (its count: runs/distillation.PAPER_SST2).
+PAPER_CONFIGS = {"sst2": {"embeddings_mode": "multichannel", "embedding_dim": 300, "hidden_size": 150,
+                          "fc_size": 200, "dropout": 0.1, "batch_size": 50}}
+
+
 # ---- 1. The student's inputs --------------------------------------------------------------------
+#
+# Tang et al.'s student reads words, not word pieces: a vocabulary of the
+# transfer set's words ([PAD], [UNK], [MASK], then the words by frequency),
+# split exactly as the augmenter splits them, so that an augmented "[MASK]" is
+# one word. With settings.embeddings "teacher" it reads the teacher's own
+# pieces instead (PieceTokenizer).
+
+
+SPECIAL_WORDS = ("[PAD]", "[UNK]", MASK)     # ids 0, 1, 2
+
+
+def words_of(text):
+    """split_words, except that the augmenter's "[MASK]" stays one word
+    (split_words would give "[", "mask", "]")."""
+    words = []
+    for piece in re.split(r"(\[MASK\])", text):
+        words.extend([MASK] if piece == MASK else split_words(piece))
+    return words
+
+
+def build_vocabulary(texts, min_count=1):
+    """[PAD], [UNK], [MASK], then every word occurring at least `min_count`
+    times, most frequent first (ties alphabetically, so the order is a
+    function of the texts alone)."""
+    counts = Counter(word for text in texts for word in words_of(text))
+    for special in SPECIAL_WORDS:
+        counts.pop(special, None)
+    words = sorted((w for w, n in counts.items() if n >= min_count), key=lambda w: (-counts[w], w))
+    return list(SPECIAL_WORDS) + words
+
+
+class WordTokenizer:
+    """A word vocabulary: text -> word ids (words_of), unknown words -> [UNK]."""
+
+    kind = "words"
+
+    def __init__(self, words, max_seq_len):
+        if list(words[:len(SPECIAL_WORDS)]) != list(SPECIAL_WORDS):
+            raise MiniBertError(f"a word vocabulary must start with {', '.join(SPECIAL_WORDS)}")
+        self.words = list(words)
+        self.ids = {word: i for i, word in enumerate(self.words)}
+        self.pad_id, self.unk_id, self.mask_id = 0, 1, 2
+        self.vocab_size = len(self.words)
+        self.max_seq_len = max_seq_len
+
+    def encode_many(self, texts):
+        """One list of ids per text: at most max_seq_len, at least one ([UNK]
+        for an empty text: the LSTM needs a real token to read)."""
+        encoded = []
+        for text in texts:
+            ids = [self.ids.get(word, self.unk_id) for word in words_of(text)[:self.max_seq_len]]
+            encoded.append(ids or [self.unk_id])
+        return encoded
+
+    def save(self, folder):
+        write_word_vocabulary(folder, self.words)     # vocab.txt: support/distillation/student_inputs.py
+
+    @classmethod
+    def load(cls, folder, max_seq_len):
+        """The vocabulary of a student folder's vocab.txt, checked."""
+        return cls(read_word_vocabulary(folder, SPECIAL_WORDS), max_seq_len)
+
+
+class PieceTokenizer:
+    """The teacher's own tokenizer (WordPiece or SentencePiece), without
+    [CLS]/[SEP]: the student reads the teacher's pieces (settings.embeddings
+    "teacher"), and starts from the teacher's embeddings of them."""
+
+    kind = "teacher"
+
+    def __init__(self, tokenizer, max_seq_len):
+        self.tokenizer = tokenizer
+        self.pad_id, self.unk_id = tokenizer.pad_id, tokenizer.unk_id
+        self.vocab_size = tokenizer.vocab_size
+        self.max_seq_len = max_seq_len
+
+    def encode_many(self, texts):
+        encodings = self.tokenizer.encode_many(texts, max_length=self.max_seq_len + 2)
+        return [e.ids[1:-1] or [self.unk_id] for e in encodings]      # drop [CLS] ... [SEP]
+
+    def save(self, folder):
+        self.tokenizer.save(folder)
 
 
 def student_tokenizer(settings, teacher, transfer):
@@ -187,6 +365,24 @@ class DistillationObjective:
         right = {"distill": lambda: (predicted == z_teacher.argmax(-1)).sum(),         # agrees with the teacher
                  "gold": lambda: ((predicted == labels) & (labels != IGNORE_INDEX)).sum()}  # right on a gold label
         return {term: (value, right[term]()) for term, value in sums.items()}
+
+
+# ---- 5. The optimizer (the authors' code, docs/papers.md 2.2) ------------------------------------
+
+
+def optimizer_factory(settings):
+    """training.train's optimizer_factory: Tang et al.'s code trains the student
+    with Adadelta (rho 0.95, d-bert's distill_birnn.py) at a constant learning
+    rate, with no warm-up or decay: Adadelta scales each parameter's step by
+    running averages of its own gradients and steps, so it needs no schedule
+    (and hardly depends on the loss's overall scale). settings.optimizer "adam" gives Adam, also at a constant rate."""
+    def make(model):
+        parameters = [p for p in model.parameters() if p.requires_grad]
+        optimizer = (torch.optim.Adadelta(parameters, lr=settings.lr, rho=settings.rho,
+                                          weight_decay=settings.weight_decay) if settings.optimizer == "adadelta"
+                     else torch.optim.Adam(parameters, lr=settings.lr, weight_decay=settings.weight_decay))
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    return make
 
 
 def predict_student(model, task, tokenizer, examples, features=None, batch_size=256, device="cpu", progress=False,

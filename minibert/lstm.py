@@ -1,7 +1,8 @@
 """Tang et al.'s student: a one-layer BiLSTM classifier, written out by hand.
 
 Read it top to bottom: the LSTM cell, the LSTM that runs it over a padded
-batch in both directions, and the classifier (its config: support/distillation/student_config.py).
+batch in both directions, and the classifier with its config (StudentConfig; the checks of
+its fields: support/distillation/student_config.py).
 
 Tang et al. distil a fine-tuned BERT into "a single-layer BiLSTM, as well as its siamese
 counterpart for sentence-pair tasks" ([Tang] Section 3; d-bert's model/bi_rnn.py, siamese_rnn.py):
@@ -50,14 +51,54 @@ per direction, D directions (1 or 2), E embedding size, K classes.
 
 import functools
 import math
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from minibert.support.distillation.student_config import StudentConfig, check_student_fields
+from minibert.support.distillation.student_config import REQUIRED, check_student_fields, student_fields_from
 from minibert.support.errors import MiniBertError
+
+# ----------------------------------------------------------------------------
+# The student's hyper-parameters
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class StudentConfig:
+    """The student's hyper-parameters. Defaults are d-bert's confs/birnn_sst2.json
+    (300-d "rand" word embeddings, hidden 150 per direction, fc 200, dropout
+    0.1: 603,002 parameters besides the embeddings). The paper's 0.96M SST-2
+    student (Table 3) is the same with embeddings_mode "multichannel"
+    (confs/birnn_sst2_150.json): a 600-d LSTM input, 963,002 parameters.
+    The checks of the fields are support code (support/distillation/student_config.py)."""
+
+    vocab_size: int
+    num_classes: int                 # K
+    embedding_dim: int = 300         # E
+    hidden_size: int = 150           # H per direction
+    fc_size: int = 200               # width of fc1
+    pair: bool = False               # siamese: encode two sentences with the shared BiLSTM
+    pooling: str = "final"           # "final": concatenated final states (the authors' default); "max": max over time
+    dropout: float = 0.1             # after fc1's ReLU
+    padding_id: int = 0              # the id that pads input_ids (its embedding stays zero)
+    embeddings_mode: str = "rand"    # the authors' modes: "rand", "static" (frozen), "nonstatic", or "multichannel":
+                                     # a frozen copy beside the trained table, the LSTM reading both (2E)
+
+    def __post_init__(self):
+        check_student_fields(self.to_dict(), "StudentConfig")    # a config that exists is a valid one
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values, source):
+        """A config from a dict read from `source` (a file name, for the
+        messages), every field checked (student_fields_from)."""
+        defaults = {f.name: f.default for f in fields(cls) if f.name not in REQUIRED}
+        return cls(**student_fields_from(values, source, defaults))
 
 # ----------------------------------------------------------------------------
 # One LSTM step

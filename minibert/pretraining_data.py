@@ -8,15 +8,19 @@ Objectives ([BERT] 3.1, [ALBERT] 4.2):
        document; label 1 = "random", 0 = "is next".
   SOP  (ALBERT) half the time A and B swap places; label 1 = "swapped".
 
-`pack_blocks` groups consecutive sentences of one document into blocks of at
-most max_seq_len - 3 tokens (room for [CLS] A [SEP] B [SEP]), and
+`split_sentences` cuts each paragraph of the corpus into sentences, the units
+that NSP and SOP cut a block between; `pack_blocks` groups consecutive
+sentences of one document into blocks of at most max_seq_len - 3 tokens (room for [CLS] A [SEP] B [SEP]), and
 `PretrainingBatches` turns a global batch number into a batch. All that is
 random (shuffling, sentence pairs, masking) is drawn from a generator seeded
 by (seed, epoch, batch number), so masks are fresh each epoch, a resumed run
 sees exactly the batches it would have seen, and every process of a
 distributed run agrees on the whole global batch and takes its own slice
-(the corpus is tokenized once, into support/token_cache.py's cache).
+(the corpus is split and tokenized once, into support/token_cache.py's cache,
+which runs split_sentences).
 """
+
+import re
 
 import numpy as np
 import torch
@@ -112,6 +116,26 @@ def normal_ids(special_ids, vocab_size):
     bounds = [-1, *sorted(special_ids), vocab_size]
     gaps = [(bounds[i] + 1, bounds[i + 1]) for i in range(len(bounds) - 1)]
     return max(gaps, key=lambda gap: gap[1] - gap[0])
+
+
+# A sentence ends at . ! or ? (and any closing quotes or brackets), where
+# whitespace follows and the next sentence opens with a capital letter or a
+# digit (after any opening quotes or brackets).
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]*[A-Z0-9])")
+
+
+def split_sentences(paragraph):
+    """A paragraph -> its sentences, by SENTENCE_END: 'He ran. "Stop!" she
+    cried.' -> 'He ran.', '"Stop!" she cried.'.
+
+    Why sentences: BERT's NSP ([BERT] 3.1, Task #2) and ALBERT's SOP ([ALBERT]
+    4.2) cut a block of consecutive sentences between two of them into
+    segments A and B, so a segment is whole sentences ("a sentence" there is
+    "an arbitrary span of contiguous text", cut at sentence ends). Google's
+    create_pretraining_data.py reads a corpus with one sentence per line,
+    split beforehand; this simple rule does it for plain text (it splits after
+    "Mr." before a capital too, which is good enough for packing)."""
+    return [s for s in SENTENCE_END.split(paragraph.strip()) if s]
 
 
 def pack_blocks(cache, max_tokens):

@@ -1,19 +1,25 @@
-"""Text -> token ids for BERT: the basic tokenizer and WordPiece (Devlin et al.
-2019, section 3, "Input/Output Representations"; Google's tokenization.py,
-docs/formats.md 6; WordPiece: Wu et al. 2016, section 4.1).
+"""Text -> token ids for BERT, ALBERT and DeBERTa: BERT's basic tokenizer and
+WordPiece (Devlin et al. 2019, section 3, "Input/Output Representations";
+Google's tokenization.py, docs/formats.md 6; WordPiece: Wu et al. 2016,
+section 4.1), ALBERT's SentencePiece rules (Lan et al. 2019, section 4.1;
+google-research/albert tokenization.py) and DeBERTa's (microsoft/DeBERTa
+spm_tokenizer.py, gpt2_tokenizer.py).
 
 What is where:
-  1. the lesson, in plain Python under Google's names: the basic tokenizer
+  1. BERT's rules, in plain Python under Google's names: the basic tokenizer
      (clean_text, tokenize_chinese_chars, run_strip_accents, lower_case,
      split_on_punctuation -> basic_tokenize), greedy longest-match-first
      WordPiece (`wordpiece`), and both together (`written_out_tokenize`);
-  2. Tokenizer: text (or a pair) -> [CLS] A [SEP] B [SEP] ids and token types,
+  2. ALBERT's rules: preprocess_text, the digit-comma rule
+     (albert_piece_score), SentencePiece's "▁" before each word
+     (sentencepiece_words);
+  3. DeBERTa's rules: split_by_punct (run_split_on_punc), the special tokens'
+     ids, and v1's byte-level BPE;
+  4. Tokenizer: text (or a pair) -> [CLS] A [SEP] B [SEP] ids and token types,
      truncated by BERT's rule (truncate_seq_pair), padded into a batch. It runs
-     a `tokenizers` pipeline that gives exactly the tokens of part 1, assembled
-     in support/fast_tokenizers.py (as are ALBERT's and DeBERTa-v2/v3's
-     SentencePiece unigram and DeBERTa v1's byte-level BPE, which the same
-     Tokenizer runs);
-  3. wordpiece_tokenizer (a vocab.txt) and load_tokenizer (a model folder or name).
+     a `tokenizers` pipeline that applies the rules above (the same tokens,
+     tested), assembled from them in one call to support/fast_tokenizers.py;
+  5. wordpiece_tokenizer (a vocab.txt) and load_tokenizer (a model folder or name).
 """
 
 import re
@@ -22,17 +28,29 @@ from dataclasses import dataclass
 
 import torch
 
-from minibert.support.fast_tokenizers import BERT_SPECIAL_TOKENS, MAX_INPUT_CHARS_PER_WORD, FastTokenizer
+from minibert.support.errors import MiniBertError
+from minibert.support.fast_tokenizers import (albert_pipeline, check_batch, check_max_length, check_text,
+                                              deberta_v1_pipeline, deberta_v2_pipeline, load_tokenizer_files,
+                                              tokenizer_json_pipeline, trained_wordpiece_vocab, wordpiece_pipeline)
+from minibert.support.tokenizer_files import read_vocab, write_tokenizer_files
 
-# Shared with the fast path, so defined in support/fast_tokenizers.py: BERT_SPECIAL_TOKENS
-# ([PAD] [UNK] [CLS] [SEP] [MASK], never split) and MAX_INPUT_CHARS_PER_WORD (a longer word
-# is one [UNK]: 100 as in transformers; Google's code says 200).
+# The special tokens of every BERT vocabulary, never split. train_wordpiece puts
+# them at ids 0..4 in this order. (Google's released vocabularies use [PAD]=0,
+# [unused0..98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103; ids are
+# always looked up by name, never assumed.)
+BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 UNK = "[UNK]"
 SPECIAL_TOKEN = re.compile("(" + "|".join(re.escape(token) for token in BERT_SPECIAL_TOKENS) + ")")
 
+# Google's WordPiece gives up on words longer than 200 characters (one [UNK]);
+# transformers and `tokenizers` use 100. We follow transformers, so that ids
+# agree with what Hugging Face models were trained and evaluated with. Only
+# words of 101..200 characters (URLs, DNA strings, ...) are affected.
+MAX_INPUT_CHARS_PER_WORD = 100
+
 
 # =============================================================================
-# The lesson: WordPiece written out (google-research/bert tokenization.py)
+# BERT's rules: WordPiece written out (google-research/bert tokenization.py)
 # =============================================================================
 #
 # BERT cuts text into tokens in two stages:
@@ -171,6 +189,99 @@ def written_out_tokenize(text, vocab, do_lower_case=True):
 
 
 # =============================================================================
+# ALBERT's rules (google-research/albert tokenization.py)
+# =============================================================================
+#
+# ALBERT replaces WordPiece by a SentencePiece unigram model ([ALBERT] 4.1, as
+# XLNet): the vocabulary gives each piece a log-probability, and a word is cut
+# into the pieces whose scores sum highest. Before that, the text is cleaned by
+# preprocess_text, then by SentencePiece's own table (NFKC for the default
+# "nmt_nfkc" rule, which the .model file carries), and each word gets "▁".
+
+
+def preprocess_text(text, lower=True):
+    """ALBERT's preprocess_text: the text SentencePiece is given.
+
+      1. one space between words, none at the ends (" ".join(text.split()));
+      2. `` and '' become " (LaTeX-style quotes). Departure: this step is not
+         in Google's ALBERT code; transformers' AlbertTokenizer inherited it
+         from XLNet's preprocessing, and we keep it so that ids equal
+         transformers';
+      3. NFKD, then drop every combining character: "café" -> "cafe". Accents
+         go for cased models too, unlike BERT (Google's ALBERT and
+         transformers' keep_accents=False both do so);
+      4. lower-case, for uncased models (every released ALBERT is).
+
+    Why: words that differ only in spacing, quote style or accents then share
+    their pieces, so the 30,000 pieces are not spent on variants."""
+    text = " ".join(text.split())
+    text = text.replace("``", '"').replace("''", '"')
+    text = "".join(char for char in unicodedata.normalize("NFKD", text) if not unicodedata.combining(char))
+    return text.lower() if lower else text
+
+
+def albert_piece_score(piece, score):
+    """The score the unigram model gives a piece of ALBERT's vocabulary: its
+    own, except for a piece that ends in digit + comma, like "▁1,".
+
+    Google's encode_pieces never emits such a piece: it re-splits it into the
+    number and "," (so "1, 2" and "1,000" read the digits alike). A unigram
+    model cannot re-split, so transformers' converter makes those pieces 100
+    (in log-probability) less likely, which almost always has the same effect;
+    we do the same, so that "1, 2, 3" -> "▁1" "," "▁2" "," "▁3"."""
+    if len(piece) >= 2 and piece[-1] == "," and piece[-2].isdigit():
+        return score - 100.0
+    return score
+
+
+def sentencepiece_words(text, split_by_punct=False):
+    """The words SentencePiece cuts into pieces, each with "▁" (U+2581) in
+    front: "the cat" -> "▁the" "▁cat" (ALBERT and DeBERTa-v2/v3).
+
+    SentencePiece reads a space as a character like any other, written "▁",
+    and (add_dummy_prefix) puts one before the first word too. Why: a word is
+    then spelled the same at the start of a text and inside it, a piece knows
+    whether it starts a word, and decoding is only "▁" -> " ". A piece never
+    spans a space, so cutting the text into words first gives the same pieces.
+    split_by_punct (DeBERTa-v2/v3): each part of run_split_on_punc is encoded
+    on its own, so it starts a new word and loses the spaces at its ends."""
+    parts = run_split_on_punc(text) if split_by_punct else [text]
+    return ["▁" + word for part in parts for word in part.split()]
+
+
+# =============================================================================
+# DeBERTa's rules (microsoft/DeBERTa spm_tokenizer.py, gpt2_tokenizer.py)
+# =============================================================================
+#
+# DeBERTa-v2/v3 cut text with a SentencePiece unigram model as ALBERT does, but
+# its SPMTokenizer gives SentencePiece the text as it is (lower-cased only if
+# tokenizer_config.json says do_lower_case; the released models are cased):
+# no preprocess_text, no digit-comma rule. DeBERTa v1 uses GPT-2's byte-level
+# BPE over RoBERTa's vocabulary: no lower-casing or Unicode normalization, a
+# word carries the space before it ("Ġworld"), every byte is a symbol (so no
+# text is unknown), and [MASK] takes the spaces before it, so "the [MASK]" is
+# "the" "[MASK]" as a masked " cat" ("Ġcat") was one token in pre-training.
+
+# DeBERTa's special tokens (all versions), in the order of their ids: [PAD]=0,
+# [CLS]=1, [SEP]=2, [UNK]=3 are pieces of spm.model (v2/v3) or entries of
+# vocab.json (v1, where [MASK]=50264); v2/v3's [MASK] is no piece and comes
+# right after the last one (128000 for the released 128000-piece models), as
+# the official SPMTokenizer's add_special_token adds it.
+DEBERTA_SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+
+
+def run_split_on_punc(text):
+    """DeBERTa-v2's split_by_punct (SPMTokenizer._run_split_on_punc): the text
+    cut before and after every punctuation character, as BERT's
+    split_on_punctuation cuts one word: "a, b" -> "a" "," " b". Off in the
+    released models (tokenizer_config.json turns it on). Why: each part is
+    encoded on its own (sentencepiece_words), so a punctuation mark is always
+    a word of its own and never joins a piece with its neighbour ("a," ->
+    "▁a" "▁,")."""
+    return split_on_punctuation(text)
+
+
+# =============================================================================
 # The Tokenizer: text (or a pair) -> [CLS] A [SEP] B [SEP] ids, truncated, padded
 # =============================================================================
 
@@ -189,23 +300,143 @@ class Encoding:
         return len(self.ids)
 
 
-class Tokenizer(FastTokenizer):
+class Tokenizer:
     """BERT's input (section 3): [CLS] A [SEP] (B [SEP]) ids, token types 0 for
-    A and 1 for B, truncated by BERT's rule and padded into a batch.
+    A and 1 for B, truncated by BERT's rule and padded into a batch; the same
+    for ALBERT's and DeBERTa's vocabularies.
 
     `self.backend` is the `tokenizers` pipeline (normalizer, pre-tokenizer,
-    WordPiece, post-processor adding [CLS]/[SEP]). FastTokenizer
-    (support/fast_tokenizers.py) builds it (Tokenizer.from_vocab_file,
-    .train_wordpiece, .albert, .deberta_v2, .deberta_v1, .load) and keeps the
-    special ids (pad_id, cls_id, ...), convert_tokens_to_ids,
-    convert_ids_to_tokens, decode and save."""
+    WordPiece / unigram / BPE, post-processor adding [CLS]/[SEP]) that applies
+    the rules above; the constructors below (from_vocab_file, train_wordpiece,
+    albert, deberta_v2, deberta_v1, load) assemble it from them in one call to
+    support/fast_tokenizers.py."""
+
+    def __init__(self, backend, kind, do_lower_case, pad_token, unk_token,
+                 cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                 model_type=None, files=None, split_by_punct=False):
+        self.backend = backend
+        self.kind = kind                      # "wordpiece", "sentencepiece" or "byte-level-bpe"
+        # The model family, named as in Hugging Face's config.json "model_type":
+        # "bert", "albert", "deberta" (v1) or "deberta-v2" (v2 and v3).
+        self.model_type = model_type or {"wordpiece": "bert", "sentencepiece": "albert"}[kind]
+        self.do_lower_case = do_lower_case
+        self.split_by_punct = split_by_punct  # DeBERTa-v2 only: punctuation split off before SentencePiece
+        self.special_tokens = {"pad": pad_token, "unk": unk_token, "cls": cls_token,
+                               "sep": sep_token, "mask": mask_token}
+        # Ids are looked up by name: [CLS] is 101 in Google's vocabularies, 2 in ALBERT's, 1 in DeBERTa's.
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            backend.token_to_id(token) for token in (pad_token, unk_token, cls_token, sep_token, mask_token))
+        self.special_ids = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
+        self.vocab_size = backend.get_vocab_size()
+        self.files = dict(files or {})  # SentencePiece and BPE: file name -> bytes, written back by save()
+
+    def __repr__(self):
+        return (f"Tokenizer(kind={self.kind!r}, model_type={self.model_type!r}, vocab_size={self.vocab_size}, "
+                f"do_lower_case={self.do_lower_case})")
+
+    # ---- the constructors: the rules above, assembled into a `tokenizers` pipeline ----
+
+    @classmethod
+    def from_vocab(cls, vocab, do_lower_case, source):
+        """BERT: basic_tokenize and wordpiece over `vocab` (token -> id; source
+        names its file in messages)."""
+        return cls(**wordpiece_pipeline(vocab, do_lower_case, source, BERT_SPECIAL_TOKENS, MAX_INPUT_CHARS_PER_WORD))
+
+    @classmethod
+    def from_vocab_file(cls, vocab_file, do_lower_case=True):
+        """BERT from a vocab.txt file."""
+        return cls.from_vocab(read_vocab(vocab_file), do_lower_case, source=str(vocab_file))
+
+    @classmethod
+    def train_wordpiece(cls, files, vocab_size, do_lower_case=True, min_frequency=2, limit_alphabet=1000,
+                        progress=True):
+        """BERT with a new WordPiece vocabulary trained on text files by
+        `tokenizers` (deterministic; it shows its progress unless
+        progress=False): ids 0..4 are BERT_SPECIAL_TOKENS, then the "##" forms
+        of the characters that continue words, the alphabet (the
+        `limit_alphabet` most frequent characters) and the learned pieces."""
+        vocab = trained_wordpiece_vocab(files, vocab_size, do_lower_case, min_frequency, limit_alphabet, progress,
+                                        BERT_SPECIAL_TOKENS, MAX_INPUT_CHARS_PER_WORD)
+        return cls.from_vocab(vocab, do_lower_case, source="trained vocabulary")
+
+    @classmethod
+    def albert(cls, model_file, do_lower_case=True):
+        """ALBERT from a SentencePiece `.model` file (spiece.model / 30k-clean.model):
+        preprocess_text, SentencePiece's table, sentencepiece_words, and the
+        unigram model scored by albert_piece_score."""
+        return cls(**albert_pipeline(model_file, do_lower_case, albert_piece_score))
+
+    @classmethod
+    def deberta_v2(cls, model_file, do_lower_case=False, split_by_punct=False):
+        """DeBERTa-v2/v3 from its SentencePiece `spm.model` file: SentencePiece's
+        table, sentencepiece_words (after run_split_on_punc if split_by_punct),
+        the unigram model; ids as DEBERTA_SPECIAL_TOKENS says. The released
+        checkpoints have 128100 embedding rows: the last 99 are unused."""
+        return cls(**deberta_v2_pipeline(model_file, do_lower_case, split_by_punct, DEBERTA_SPECIAL_TOKENS))
+
+    @classmethod
+    def deberta_v1(cls, vocab_file, merges_file):
+        """DeBERTa v1 from vocab.json + merges.txt (GPT-2's byte-level BPE)."""
+        return cls(**deberta_v1_pipeline(vocab_file, merges_file, DEBERTA_SPECIAL_TOKENS))
+
+    @classmethod
+    def from_tokenizer_json(cls, found):
+        """ALBERT, DeBERTa-v2/v3 or DeBERTa v1 from a tokenizer.json alone, as
+        transformers 5 saves them (`found`: support/tokenizer_files.TokenizerFiles),
+        run as the file describes it."""
+        return cls(**tokenizer_json_pipeline(found))
+
+    @classmethod
+    def load(cls, name_or_path=None, *, force_download=False, revision=None, cache_dir=None, token=None,
+             local_files_only=False):
+        """The tokenizer of a model folder, a tokenizer file, or a model name (None:
+        the bundled default model), built by the constructor its files call for;
+        which files and which casing: support/fast_tokenizers.load_tokenizer_files."""
+        return load_tokenizer_files(cls, name_or_path, force_download=force_download, revision=revision,
+                                    cache_dir=cache_dir, token=token, local_files_only=local_files_only)
+
+    # ---- ids <-> tokens <-> text ------------------------------------------------
+
+    def convert_tokens_to_ids(self, tokens):
+        """A token (or list of tokens) to id(s); tokens not in the vocabulary map to unk_id."""
+        if isinstance(tokens, str):
+            token_id = self.backend.token_to_id(tokens)
+            return self.unk_id if token_id is None else token_id
+        return [self.convert_tokens_to_ids(token) for token in tokens]
+
+    def convert_ids_to_tokens(self, ids):
+        """An id (or list/tensor of ids) to token string(s)."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        if isinstance(ids, int):
+            token = self.backend.id_to_token(ids)
+            if token is None:
+                raise MiniBertError(f"token id {ids} is not in the vocabulary (size {self.vocab_size})")
+            return token
+        return [self.convert_ids_to_tokens(int(i)) for i in ids]
+
+    def decode(self, ids, skip_special_tokens=True):
+        """Ids back to text ("##" pieces glued to their word, "▁" turned into spaces).
+        Lower-casing and stripped accents cannot be undone."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def save(self, directory):
+        """Write the tokenizer in Hugging Face layout (vocab.txt, spiece.model,
+        spm.model or vocab.json + merges.txt, with tokenizer_config.json and
+        tokenizer.json), so that both load_tokenizer(directory) and
+        transformers' AutoTokenizer.from_pretrained(directory) read it back."""
+        write_tokenizer_files(self, directory)
+
+    # ---- text -> ids -------------------------------------------------------------
 
     def encode(self, text, text_pair=None, max_length=None):
         """Encode one text (or a pair) into an `Encoding`, with [CLS]/[SEP].
         max_length truncates, longest sequence first (see batch_encode)."""
-        self.check_text(text, "encode: text")
+        check_text(text, "encode: text")
         if text_pair is not None:
-            self.check_text(text_pair, "encode: text_pair")
+            check_text(text_pair, "encode: text_pair")
         (encoding,) = self._encode_all([text], None if text_pair is None else [text_pair], max_length)
         return Encoding(ids=encoding.ids, token_type_ids=encoding.type_ids, offsets=encoding.offsets,
                         tokens=self.convert_ids_to_tokens(encoding.ids), word_ids=encoding.word_ids,
@@ -224,7 +455,7 @@ class Tokenizer(FastTokenizer):
 
         Pairs longer than max_length lose tokens from the end of whichever
         sequence is currently longer, one at a time (see truncate_seq_pair)."""
-        self.check_batch(texts, text_pairs)
+        check_batch(texts, text_pairs)
         encodings = self._encode_all(list(texts), None if text_pairs is None else list(text_pairs), max_length)
         longest = max((len(e.ids) for e in encodings), default=0)
         input_ids = torch.full((len(encodings), longest), self.pad_id, dtype=torch.long)
@@ -240,7 +471,7 @@ class Tokenizer(FastTokenizer):
         """Encode without specials, truncate like BERT, then add [CLS]/[SEP]."""
         if text_pairs is None:
             text_pairs = [None] * len(texts)
-        self.check_max_length(max_length)
+        check_max_length(max_length)
         firsts = self.backend.encode_batch(texts, add_special_tokens=False)
         seconds = self.backend.encode_batch([b or "" for b in text_pairs], add_special_tokens=False)
         encodings = []
@@ -260,7 +491,7 @@ class Tokenizer(FastTokenizer):
     def tokenize(self, text):
         """The token strings of `text`, without [CLS]/[SEP]. Unknown text shows as
         the unknown token ("[UNK]", "<unk>"), i.e. tokens always match the ids."""
-        self.check_text(text, "tokenize: text")
+        check_text(text, "tokenize: text")
         return self.convert_ids_to_tokens(self.backend.encode(text, add_special_tokens=False).ids)
 
 
@@ -286,6 +517,6 @@ def wordpiece_tokenizer(vocab_file, do_lower_case=True):
 def load_tokenizer(name_or_path=None, *, force_download=False, revision=None, cache_dir=None, token=None,
                    local_files_only=False):
     """The tokenizer of a model folder, a tokenizer file, or a model name (None:
-    the bundled default model); the files and casing rules: FastTokenizer.load."""
+    the bundled default model); the files and casing rules: Tokenizer.load."""
     return Tokenizer.load(name_or_path, force_download=force_download, revision=revision, cache_dir=cache_dir,
                           token=token, local_files_only=local_files_only)

@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minibert.augment import PosLexicon, augment_pair, augment_words, transfer_set
+from minibert.augment import MASK, PosLexicon, augment_pair, augment_words, split_words, transfer_set
 from minibert.support.errors import MiniBertError
-from minibert.support.distillation.words import MASK, split_words
 
 SHARED_CONLL = Path(__file__).resolve().parents[2] / "shared" / "data" / "conll2003" / "eng.train"
 
@@ -45,6 +44,10 @@ def long_sentence():
 # ----------------------------------------------------------------------------
 # The lexicon
 # ----------------------------------------------------------------------------
+
+
+def test_split_words_lower_cases_and_splits_off_punctuation():
+    assert split_words("Don't STOP, 2 cats!") == ["don", "'", "t", "stop", ",", "2", "cats", "!"]
 
 
 def test_lexicon_gives_each_word_its_most_frequent_tag(tmp_path):

@@ -12,8 +12,8 @@ from minibert.checkpoints import load_pretrained
 from minibert.lstm import BiLSTMClassifier
 from minibert.runs.student_folder import save_student
 from minibert.support.devices import autocast
-from minibert.support.distillation.student_config import StudentConfig
-from minibert.support.distillation.student_inputs import PieceTokenizer
+from minibert.lstm import StudentConfig
+from minibert.distillation import PieceTokenizer
 from minibert.tasks import make_task
 from minibert.tokenization import load_tokenizer
 from distill_helpers import make_distillation_data, one_thread

@@ -33,9 +33,9 @@ import pytest
 import torch
 
 from minibert.support.errors import MiniBertError
-from minibert.support.fast_tokenizers import DEBERTA_SPECIAL_TOKENS
 from minibert.support.sentencepiece_model import read_sentencepiece_model
-from minibert.tokenization import Tokenizer, load_tokenizer, truncate_seq_pair
+from minibert.tokenization import (DEBERTA_SPECIAL_TOKENS, Tokenizer, load_tokenizer, run_split_on_punc,
+                                   sentencepiece_words, truncate_seq_pair)
 
 CORPUS = """
 DeBERTa improves BERT and RoBERTa with disentangled attention and an enhanced mask decoder.
@@ -302,6 +302,21 @@ def test_v2_ids_equal_the_official_sentencepiece_recipe(v3_folder, sp, lower, sp
             continue
         assert ours.encode(text).ids == [1] + expected + [2], repr(text)
     assert (ours.tokenize("THE") == ["▁the"]) == lower
+
+
+@pytest.mark.parametrize("split_by_punct", [False, True])
+def test_the_lessons_deberta_rules_are_the_official_ones_and_the_pipelines(v3_folder, split_by_punct):
+    """tokenization.py's run_split_on_punc is the official _run_split_on_punc,
+    and the pipeline cuts the (normalized) text into the words that
+    sentencepiece_words names, "▁" before each."""
+    ours = Tokenizer.deberta_v2(v3_folder / "spm.model", split_by_punct=split_by_punct)
+    for text in TEXTS + random_texts(2, 300):
+        assert run_split_on_punc(text) == split_on_punctuation(text), repr(text)
+        normalized = ours.backend.normalizer.normalize_str(text)
+        assert [word for word, _ in ours.backend.pre_tokenizer.pre_tokenize_str(normalized)] == \
+            sentencepiece_words(normalized, split_by_punct), repr(text)
+    assert sentencepiece_words("a, b", split_by_punct=True) == ["▁a", "▁,", "▁b"]
+    assert sentencepiece_words("a, b") == ["▁a,", "▁b"]
 
 
 def test_v2_ids_equal_transformers(transformers, v3_folder, sp):

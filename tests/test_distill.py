@@ -2,6 +2,7 @@
 and tiny data: its four forms (distil, baseline, predict, evaluate), the
 results it writes, the cache reuse, --resume, and its one-line errors."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -14,7 +15,7 @@ from minibert.lstm import BiLSTMClassifier
 from minibert.runs import distillation as distillation_run
 from minibert.runs.student_folder import load_student
 from minibert.support.cli import run
-from minibert.support.distillation.student_config import StudentConfig
+from minibert.lstm import StudentConfig
 from minibert.support.errors import MiniBertError
 from minibert.tokenization import load_tokenizer
 
@@ -406,3 +407,13 @@ def test_bf16_where_the_cpu_cannot_run_an_lstm_in_it_is_one_line_before_any_work
     assert code == 1 and error_line(code, captured) == ("error: --bf16: this CPU cannot run an LSTM in bfloat16 (a "
                                                         "CPU needs AVX512-BF16 or AMX for it); run without --bf16")
     assert not (tmp_path / "s").exists()
+
+
+def test_the_default_lexicon_is_conll_beside_the_repository():
+    # The script, not the package, knows the data folder next to the repository.
+    spec = importlib.util.spec_from_file_location("distill_script", REPO / "distill.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.DEFAULT_POS_FILE == REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
+    from minibert.support.distillation import settings, transfer_cache
+    assert not hasattr(settings, "DEFAULT_POS_FILE") and not hasattr(transfer_cache, "DEFAULT_POS_FILE")

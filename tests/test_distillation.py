@@ -16,10 +16,10 @@ from minibert.distillation import DistillationObjective, distillation_loss, stud
 from minibert.finetuning import LengthGroupedBatches
 from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier
-from minibert.runs.distillation import optimizer_factory
-from minibert.support.distillation.settings import DEFAULT_POS_FILE, DistillationSettings, pos_file_path
-from minibert.support.distillation.student_config import StudentConfig
-from minibert.support.distillation.student_inputs import WordTokenizer, build_vocabulary, collate_student
+from minibert.distillation import DistillationSettings, WordTokenizer, build_vocabulary, optimizer_factory
+from minibert.lstm import StudentConfig
+from minibert.support.distillation.settings import pos_file_path
+from minibert.support.distillation.student_inputs import collate_student
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
 from minibert.runs.training import Context, TrainingConfig, train
@@ -179,10 +179,6 @@ SHARED_SST2 = REPO.parent / "shared" / "data" / "sst2" / "train.tsv"
 SHARED_CONLL = REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
 
 
-def test_the_default_lexicon_is_conll_beside_the_repository():
-    assert DEFAULT_POS_FILE == SHARED_CONLL          # wherever the module sits in the package
-
-
 @pytest.mark.shared_data
 @pytest.mark.skipif(not SHARED_CONLL.is_file() or not SHARED_SST2.is_file(),
                     reason="needs ../shared/data/conll2003/eng.train and sst2/train.tsv, absent here")
@@ -190,7 +186,7 @@ def test_real_sst2_sentences_are_augmented_with_the_default_conll_lexicon():
     task = make_task("sst2")
     examples = task.read(SHARED_SST2)[:100]
     settings = DistillationSettings(n_iter=3).resolved(task, True)
-    transfer = distillation.make_transfer_set(examples, PosLexicon.from_file(pos_file_path()), settings)
+    transfer = distillation.make_transfer_set(examples, PosLexicon.from_file(pos_file_path(str(SHARED_CONLL))), settings)
     augmented = transfer[100:]
     assert transfer[:100] == examples and 150 < len(augmented) <= 300 and all(e.label is None for e in augmented)
     assert any("[MASK]" in e.text_a for e in augmented)

@@ -1,12 +1,13 @@
-"""minibert/support/distillation/settings.py: per-task defaults, the POS file's
-default, and the checks that fail a run before any work is done."""
+"""minibert/support/distillation/settings.py: the checks that fail a run
+before any work is done (and distillation.DistillationSettings' per-task
+defaults, which they check)."""
 
 import dataclasses
 
 import pytest
 
-from minibert.support.distillation import settings as distillation_settings
-from minibert.support.distillation.settings import DistillationSettings, check_files, check_run, pos_file_path
+from minibert.distillation import PAPER_CONFIGS, DistillationSettings
+from minibert.support.distillation.settings import check_files, check_run, pos_file_path
 from minibert.support.errors import MiniBertError
 from minibert.tasks import CLASSIFICATION, make_task
 
@@ -18,10 +19,9 @@ def test_defaults_are_resolved_per_task_and_teacher():
     assert (pair.hidden_size, pair.n_iter, pair.alpha, pair.lr) == (64, 10, 1.0, 5e-4)
 
 
-def test_without_the_default_pos_file_the_error_says_to_pass_one(monkeypatch, tmp_path):
-    monkeypatch.setattr(distillation_settings, "DEFAULT_POS_FILE", tmp_path / "absent" / "eng.train")
-    with pytest.raises(MiniBertError, match="absent: pass --pos-file FILE"):
-        pos_file_path()
+def test_without_a_pos_file_the_error_says_to_pass_one(tmp_path):
+    with pytest.raises(MiniBertError, match="lexicon: pass --pos-file FILE"):
+        pos_file_path(None)
     (tmp_path / "pos.txt").write_text("the DT\n")
     assert pos_file_path(str(tmp_path / "pos.txt")) == tmp_path / "pos.txt"
 
@@ -58,6 +58,6 @@ def test_embeddings_modes_follow_the_starting_vectors_and_contradictions_are_ref
 
 
 def test_the_papers_sst2_configuration_is_multichannel_hidden_150_fc_200():
-    paper = distillation_settings.PAPER_CONFIGS["sst2"]
+    paper = PAPER_CONFIGS["sst2"]
     assert paper == {"embeddings_mode": "multichannel", "embedding_dim": 300, "hidden_size": 150, "fc_size": 200,
                      "dropout": 0.1, "batch_size": 50}

@@ -26,9 +26,9 @@ import pytest
 
 from helpers import varint
 from minibert.support.errors import MiniBertError
-from minibert.support.fast_tokenizers import BERT_SPECIAL_TOKENS
 from minibert.support.sentencepiece_model import read_sentencepiece_model
-from minibert.tokenization import Tokenizer, load_tokenizer
+from minibert.tokenization import (BERT_SPECIAL_TOKENS, Tokenizer, albert_piece_score, load_tokenizer, preprocess_text,
+                                   sentencepiece_words)
 from test_tokenization import (TEXTS, assert_offsets_point_into, assert_transformers_loads, needs_transformers,
                                transformers)
 
@@ -189,10 +189,30 @@ def test_albert_ids_equal_transformers(albert):
     assert "[MASK]" in ours.tokenize("hello[MASK]world")
 
 
+def test_the_lessons_albert_rules_are_googles_and_the_pipelines(albert):
+    """tokenization.py's preprocess_text is Google's (but for the documented
+    quotes), and the pipeline cuts the text into the words sentencepiece_words
+    names: the rules the lesson writes out are the ones that run."""
+    ours, _, _ = albert
+    for text in ALBERT_TEXTS + GOOGLE_ONLY_TEXTS:
+        assert preprocess_text(text) == albert_preprocess_text(text), repr(text)
+        assert preprocess_text(text, lower=False) == albert_preprocess_text(text, lower=False), repr(text)
+        normalized = ours.backend.normalizer.normalize_str(text)
+        assert [word for word, _ in ours.backend.pre_tokenizer.pre_tokenize_str(normalized)] == \
+            sentencepiece_words(normalized), repr(text)
+    for text in LATEX_QUOTE_TEXTS:
+        assert preprocess_text(text) == albert_preprocess_text(text.replace("``", '"').replace("''", '"'))
+    assert sentencepiece_words(" the  cat ") == ["▁the", "▁cat"]
+    assert albert_piece_score("▁1,", -3.0) == -103.0 and albert_piece_score("9,", -1.0) == -101.0
+    assert albert_piece_score("▁1", -3.0) == -3.0 and albert_piece_score(",", -1.0) == -1.0
+    assert albert_piece_score("▁a,", -2.0) == -2.0
+    assert not any(len(p) > 1 and p[-1] == "," and p[-2].isdigit() for p in ours.tokenize("1, 2, 3, 4, 5,"))
+
+
 def test_albert_random_strings_equal_google(albert):
     """Random strings over letters, digits, commas, quotes, ALBERT's user-defined
     symbols, accents, CJK, Hangul, kana and odd whitespace. The one allowed
-    difference is the documented digit-comma approximation (see support/fast_tokenizers.py _unigram_score)."""
+    difference is the documented digit-comma approximation (see tokenization.albert_piece_score)."""
     ours, sp, _ = albert
     alphabet = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") + list(",,,,....     ()\"-–£€'`")
                 + ["é", "ñ", "Å", "ü", "中", "文", "한", "국", "ひ", "カ", "λ", "\t", "\n", "\u00a0", "1,", "9,0",

@@ -10,8 +10,7 @@ import torch
 import torch.nn as nn
 
 from minibert.support.errors import MiniBertError
-from minibert.lstm import LSTM, BiLSTMClassifier, lstm_cell
-from minibert.support.distillation.student_config import StudentConfig
+from minibert.lstm import LSTM, BiLSTMClassifier, StudentConfig, lstm_cell
 
 
 def randn(*shape, seed=0):

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModel
 from minibert.pretraining import MaskedLMObjective, masked_lm_loss
+from minibert.pretraining_data import SENTENCE_END, split_sentences
 from minibert.runs.pretraining import pretrain
 from minibert.support.fingerprints import tokenizer_fingerprint
 from minibert.support.token_cache import build_token_cache, check_token_cache
@@ -227,11 +228,13 @@ def test_a_corpus_that_is_not_utf8_is_a_one_line_error(tmp_path, capsys):
 
 def test_a_damaged_token_cache_marker_is_rebuilt_or_reported(corpus_and_tokenizer, tmp_path, capsys):
     files, tokenizer = corpus_and_tokenizer
-    folder = build_token_cache(files, tokenizer, tmp_path / "cache", progress=False)
+    folder = build_token_cache(files, tokenizer, tmp_path / "cache", split_sentences, SENTENCE_END.pattern,
+                               progress=False)
     (folder / "done").write_text('{"files": [', encoding="utf-8")          # a write cut short
     with pytest.raises(MiniBertError, match="damaged token cache marker"):
         check_token_cache(folder, tokenizer)
-    assert build_token_cache(files, tokenizer, tmp_path / "cache", progress=False) == folder   # built again
+    assert build_token_cache(files, tokenizer, tmp_path / "cache", split_sentences, SENTENCE_END.pattern,
+                               progress=False) == folder   # built again
     assert check_token_cache(folder, tokenizer) == folder
     (folder / "done").write_bytes(b"\xff\xfe not JSON")
     tokenizer.save(tmp_path / "vocab")

@@ -7,7 +7,7 @@ token and 10% left as they are.
 import pytest
 import torch
 
-from minibert.pretraining_data import corrupt_chosen, mask_tokens, normal_ids
+from minibert.pretraining_data import corrupt_chosen, mask_tokens, normal_ids, split_sentences
 
 
 # ----------------------------------------------------------------------------
@@ -140,3 +140,7 @@ def test_random_replacements_come_from_the_longest_run_of_normal_ids():
     assert normal_ids({0, 100, 101, 102, 103}, 30522) == (104, 30522)          # Google's: [unused0..98] below
     assert normal_ids({0, 1, 2, 3, 128000}, 128001) == (4, 128000)             # DeBERTa v3: [MASK] last
 
+
+def test_sentence_splitter_keeps_abbreviation_free_sentences_apart():
+    assert split_sentences('He ran. "Stop!" she cried. Then 3 dogs came?') == ['He ran.', '"Stop!" she cried.', 'Then 3 dogs came?']
+    assert split_sentences("  version 2.0 is out. it works.  ") == ["version 2.0 is out. it works."]   # no capital after

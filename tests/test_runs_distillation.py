@@ -7,9 +7,8 @@ from distill_helpers import make_distillation_data, make_teacher, one_thread
 from minibert.lstm import BiLSTMClassifier
 from minibert.runs.distillation import describe_run, distill, parameter_counts, resume_config, run_record
 from minibert.runs.student_folder import load_student
-from minibert.support.distillation.settings import DistillationSettings
-from minibert.support.distillation.student_config import StudentConfig
-from minibert.support.distillation.student_inputs import WordTokenizer, build_vocabulary
+from minibert.distillation import DistillationSettings, WordTokenizer, build_vocabulary
+from minibert.lstm import StudentConfig
 from minibert.tasks import make_task
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)

@@ -3,7 +3,8 @@ one-line error naming the source, the field, its value and what was expected."""
 
 import pytest
 
-from minibert.support.distillation.student_config import StudentConfig, check_student_fields, student_fields_from
+from minibert.lstm import StudentConfig
+from minibert.support.distillation.student_config import check_student_fields, student_fields_from
 from minibert.support.errors import MiniBertError
 
 

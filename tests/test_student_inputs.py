@@ -1,11 +1,11 @@
-"""minibert/support/distillation/student_inputs.py: the student's word vocabulary
+"""minibert/distillation.py's student inputs: the word vocabulary
 (specials first, then words by frequency, "[MASK]" one word), its file, and
 the teacher's pieces without [CLS]/[SEP]."""
 
 import pytest
 
 from distill_helpers import make_distillation_data
-from minibert.support.distillation.student_inputs import PieceTokenizer, WordTokenizer, build_vocabulary
+from minibert.distillation import PieceTokenizer, WordTokenizer, build_vocabulary
 from minibert.support.errors import MiniBertError
 from minibert.tokenization import load_tokenizer
 

@@ -26,9 +26,10 @@ import torch
 
 import minibert
 from minibert.support.errors import MiniBertError
-from minibert.support.fast_tokenizers import BERT_SPECIAL_TOKENS, MAX_INPUT_CHARS_PER_WORD
 from minibert.support.tokenizer_files import casing_from_folder_name, read_vocab
 from minibert.tokenization import (
+    BERT_SPECIAL_TOKENS,
+    MAX_INPUT_CHARS_PER_WORD,
     basic_tokenize,
     clean_text,
     load_tokenizer,

@@ -10,7 +10,7 @@ import pytest
 
 from distill_helpers import make_distillation_data, make_teacher, one_thread
 from minibert.runs import distillation as distillation_run
-from minibert.support.distillation.settings import DistillationSettings
+from minibert.distillation import DistillationSettings
 from minibert.support.distillation.transfer_cache import (CACHE_FORMAT, load_transfer_cache, save_transfer_cache,
                                                           transfer_key)
 from minibert.tasks import make_task

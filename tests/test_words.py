@@ -1,14 +1,11 @@
-"""minibert/support/distillation/words.py: the words augment.py and the student read, the
-lines and word counts of a part-of-speech tagged file."""
+"""minibert/support/distillation/words.py: the lines and word counts of a
+part-of-speech tagged file."""
 
 import pytest
 
-from minibert.support.distillation.words import split_words, tagged_lines, tagged_word_counts
+from minibert.augment import split_words
+from minibert.support.distillation.words import tagged_lines, tagged_word_counts
 from minibert.support.errors import MiniBertError
-
-
-def test_split_words_lower_cases_and_splits_off_punctuation():
-    assert split_words("Don't STOP, 2 cats!") == ["don", "'", "t", "stop", ",", "2", "cats", "!"]
 
 
 def test_tagged_lines_skip_blank_and_docstart_lines_and_keep_their_numbers(tmp_path):
@@ -25,30 +22,30 @@ def test_tagged_lines_skip_blank_and_docstart_lines_and_keep_their_numbers(tmp_p
 def test_tagged_word_counts_count_each_words_tags_lower_cased(tmp_path):
     path = tmp_path / "tags.txt"
     path.write_text("run VB\nRun NN\nrun VB\nU.S. NNP\n\nthe DT B-NP\n", encoding="utf-8")
-    assert tagged_word_counts([path]) == {"run": {"VB": 2, "NN": 1}, "the": {"DT": 1}}   # "u.s." is no one word
+    assert tagged_word_counts([path], split_words) == {"run": {"VB": 2, "NN": 1}, "the": {"DT": 1}}   # "u.s." is no one word
 
 
 def test_bad_lexicon_files_are_named_with_their_line(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("-DOCSTART- -X- -X- O\n\n", encoding="utf-8")
     with pytest.raises(MiniBertError, match=r"empty\.txt: no 'word TAG' lines"):
-        tagged_word_counts([empty])
+        tagged_word_counts([empty], split_words)
     one_column = tmp_path / "one.txt"
     one_column.write_text("the DT\n\nlonely\n", encoding="utf-8")
     with pytest.raises(MiniBertError, match=r"one\.txt: line 3: one column 'lonely'"):
-        tagged_word_counts([one_column])
+        tagged_word_counts([one_column], split_words)
     with pytest.raises(MiniBertError, match=r"missing\.txt: cannot read"):
-        tagged_word_counts([tmp_path / "missing.txt"])
+        tagged_word_counts([tmp_path / "missing.txt"], split_words)
 
 
 def test_prose_given_as_a_lexicon_is_one_line_naming_the_file_and_a_line(tmp_path):
     prose = tmp_path / "story.txt"
     prose.write_text("It was the best of times,\nit was the worst of times.\n\nThe cat sat on the mat.\n")
     with pytest.raises(MiniBertError) as caught:
-        tagged_word_counts([prose])
+        tagged_word_counts([prose], split_words)
     assert str(caught.value) == (f"{prose}: line 1: 'was' in the tag column, and a word there in 3 of 3 lines: "
                                  f"prose? expected 'word TAG' lines (a word and its part-of-speech tag, such as NN "
                                  f"or JJ)")
     tagged = tmp_path / "eng.train"
     tagged.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP B-MISC\n")
-    assert dict(tagged_word_counts([tagged])["rejects"]) == {"VBZ": 1}
+    assert dict(tagged_word_counts([tagged], split_words)["rejects"]) == {"VBZ": 1}

@@ -1,7 +1,7 @@
 """The distillation run that distill.py starts, around the lesson
 (minibert/distillation.py): the teacher's folder, the transfer set and the
 teacher's logits read from or written to their cache, the student trained by
-runs.training.train with Adadelta (or Adam) at a constant rate, the best epoch
+runs.training.train with the lesson's optimizer (Adadelta at a constant rate), the best epoch
 kept in the student folder; and the run's bookkeeping: what student.json
 records about the run, what --resume checks before it continues a killed
 run, the line printed at the start, and the parameter counts the summary
@@ -13,12 +13,11 @@ import time
 from collections import namedtuple
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
 from minibert.augment import PosLexicon
-from minibert.distillation import (DistillationObjective, build_student, make_transfer_set, predict_student,
-                                   student_features, student_tokenizer, teacher_logits)
+from minibert.distillation import (DistillationObjective, build_student, make_transfer_set, optimizer_factory,
+                                   predict_student, student_features, student_tokenizer, teacher_logits)
 from minibert.finetuning import LengthGroupedBatches
 from minibert.runs.finetuning import BestEpoch, evaluate, load_task_model
 from minibert.runs.student_folder import previous_best, save_student
@@ -57,19 +56,6 @@ def transfer_set_with_logits(teacher, examples, train_file, settings, device="cp
                                         bf16=settings.bf16)
     return cached_transfer_set(augment_and_ask_the_teacher, teacher.folder, train_file, settings, teacher.task,
                                examples, progress)
-
-
-def optimizer_factory(settings):
-    """runs.training.train's optimizer_factory: Adadelta (rho 0.95, as d-bert's
-    distill_birnn.py) or Adam, at a constant learning rate (the authors' code
-    has no schedule)."""
-    def make(model):
-        parameters = [p for p in model.parameters() if p.requires_grad]
-        optimizer = (torch.optim.Adadelta(parameters, lr=settings.lr, rho=settings.rho,
-                                          weight_decay=settings.weight_decay) if settings.optimizer == "adadelta"
-                     else torch.optim.Adam(parameters, lr=settings.lr, weight_decay=settings.weight_decay))
-        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    return make
 
 
 def distill(task_name, train_file, eval_file, output, settings, teacher_folder=None, use_teacher_logits=True,

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from minibert.checkpoints import read_config, save_pretrained
 from minibert.checkpoints.families import family_of
 from minibert.pretraining import MaskedLMObjective, evaluate_mlm
-from minibert.pretraining_data import PretrainingBatches, pack_blocks
+from minibert.pretraining_data import SENTENCE_END, PretrainingBatches, pack_blocks, split_sentences
 from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary
 from minibert.support.folders import recover_folder, write_folder
@@ -49,7 +49,8 @@ def corpus_batches(files, tokenizer, cache_dir, max_seq_len, batch_size, seed, p
     elif any(is_token_cache(f) for f in files):
         raise MiniBertError("a prepared token cache must be the only --corpus (or --heldout-corpus) entry")
     else:
-        cache = TokenCache(build_token_cache(files, tokenizer, cache_dir, progress=progress))
+        cache = TokenCache(build_token_cache(files, tokenizer, cache_dir, split_sentences, SENTENCE_END.pattern,
+                                             progress=progress))
     blocks = pack_blocks(cache, max_seq_len - 3)
     return PretrainingBatches(cache, blocks, tokenizer, max_seq_len, batch_size, seed, pair_objective,
                               mask_prob, whole_word)

@@ -15,10 +15,8 @@ as the checkpoint package builds a model.
 from pathlib import Path
 
 from minibert.checkpoints.safetensors import load_weights, save_weights
-from minibert.lstm import BiLSTMClassifier
-from minibert.support.distillation.settings import is_pair_task
-from minibert.support.distillation.student_config import StudentConfig
-from minibert.support.distillation.student_inputs import PieceTokenizer, WordTokenizer
+from minibert.distillation import PieceTokenizer, WordTokenizer, is_pair_task
+from minibert.lstm import BiLSTMClassifier, StudentConfig
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import read_json_object
 from minibert.support.folders import read_as_one, read_record, restore_interrupted, write_folder, write_record

@@ -2,7 +2,8 @@
 minibert/pretraining_data.py packs into sequences.
 
 Input files hold one paragraph per line; a blank line or a new file starts a
-new document. Paragraphs are split into sentences (`split_sentences`). The
+new document. Paragraphs are split into sentences by the lesson's rule
+(pretraining_data.split_sentences, passed in). The
 result is three numpy arrays saved in a folder named by a hash of (corpus,
 vocabulary, settings), so a changed file, vocabulary or setting builds a new
 cache, and the arrays are opened as memory maps (the corpus never has to fit
@@ -10,7 +11,6 @@ in memory twice).
 """
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +21,6 @@ from minibert.support.fileio import file_sha256, save_array, write_json
 from minibert.support.fingerprints import fingerprint, tokenizer_fingerprint
 
 CACHE_VERSION = 1
-SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]*[A-Z0-9])")
-
-
-def split_sentences(paragraph):
-    """A simple rule: a sentence ends at . ! or ? (plus closing quotes) followed
-    by a space and a capital letter or digit. Good enough for packing."""
-    return [s for s in SENTENCE_END.split(paragraph.strip()) if s]
 
 
 def read_documents(files):
@@ -63,18 +56,22 @@ def encode_sentences(tokenizer, sentences):
     return [e.ids for e in tokenizer.backend.encode_batch(sentences, add_special_tokens=False)]
 
 
-def build_token_cache(files, tokenizer, cache_dir, progress=True):
+def build_token_cache(files, tokenizer, cache_dir, split_sentences, rule, progress=True):
     """Tokenize the corpus into `cache_dir/<key>/`: tokens.npy (all word-piece
     ids, back to back), sentence_starts.npy (offset of each sentence, plus the
     end), sentence_documents.npy (document index of each sentence). Returns the
-    folder; an existing complete cache is reused."""
+    folder; an existing complete cache is reused.
+
+    split_sentences: paragraph -> sentences (pretraining_data.split_sentences);
+    rule: what the key records of it (its regular expression), so that a
+    changed rule builds a new cache."""
     files = [Path(f) for f in files]
     if not files:
         raise MiniBertError("--corpus: no text files given")
     for path in files:
         if not path.is_file():
             raise MiniBertError(f"{path}: corpus file not found")
-    key = cache_key(files, tokenizer_fingerprint(tokenizer), {"splitter": SENTENCE_END.pattern})
+    key = cache_key(files, tokenizer_fingerprint(tokenizer), {"splitter": rule})
     folder = Path(cache_dir) / key
     if (folder / "done").exists():
         try:

@@ -1,10 +1,9 @@
-"""Support for minibert/lstm.py: the student's config (StudentConfig) and the
-checks of its fields, so that a config that exists is a valid one and a bad
-student.json ends in one line naming the file, the field, its value and what
-was expected."""
+"""Support for minibert/lstm.py: the checks of the fields of the student's
+config (lstm.StudentConfig), so that a config that exists is a valid one and a
+bad student.json ends in one line naming the file, the field, its value and
+what was expected."""
 
 import math
-from dataclasses import asdict, dataclass, fields
 
 from minibert.support.errors import MiniBertError
 
@@ -57,37 +56,3 @@ def student_fields_from(values, source, defaults):
     merged = {**defaults, **values}
     check_student_fields(merged, source)
     return merged
-
-
-@dataclass
-class StudentConfig:
-    """The student's hyper-parameters. Defaults are d-bert's confs/birnn_sst2.json
-    (300-d "rand" word embeddings, hidden 150 per direction, fc 200, dropout
-    0.1: 603,002 parameters besides the embeddings). The paper's 0.96M SST-2
-    student (Table 3) is the same with embeddings_mode "multichannel"
-    (confs/birnn_sst2_150.json): a 600-d LSTM input, 963,002 parameters."""
-
-    vocab_size: int
-    num_classes: int                 # K
-    embedding_dim: int = 300         # E
-    hidden_size: int = 150           # H per direction
-    fc_size: int = 200               # width of fc1
-    pair: bool = False               # siamese: encode two sentences with the shared BiLSTM
-    pooling: str = "final"           # "final": concatenated final states (the authors' default); "max": max over time
-    dropout: float = 0.1             # after fc1's ReLU
-    padding_id: int = 0              # the id that pads input_ids (its embedding stays zero)
-    embeddings_mode: str = "rand"    # the authors' modes: "rand", "static" (frozen), "nonstatic", or "multichannel":
-                                     # a frozen copy beside the trained table, the LSTM reading both (2E)
-
-    def __post_init__(self):
-        check_student_fields(self.to_dict(), "StudentConfig")    # a config that exists is a valid one
-
-    def to_dict(self):
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values, source):
-        """A config from a dict read from `source` (a file name, for the
-        messages), every field checked (student_fields_from)."""
-        defaults = {f.name: f.default for f in fields(cls) if f.name not in REQUIRED}
-        return cls(**student_fields_from(values, source, defaults))

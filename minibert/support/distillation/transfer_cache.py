@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from minibert.support.distillation.settings import DEFAULT_POS_FILE
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import atomic_write, file_sha256
 from minibert.support.fingerprints import fingerprint
@@ -43,10 +42,10 @@ def transfer_key(teacher_folder, train_file, settings, task, n_examples):
     parts = {"format": CACHE_FORMAT, "teacher": teacher_fingerprint(teacher_folder),
              "data": file_sha256(train_file), "task": task.name, "examples": n_examples, "augment": settings.augment}
     if settings.augment:
-        pos_file = copy_for(settings.pos_file or DEFAULT_POS_FILE)     # a pipe: its copy (inputs.read_once)
+        pos_file = copy_for(settings.pos_file) if settings.pos_file else None    # a pipe: its copy (inputs.read_once)
         parts.update(n_iter=settings.n_iter, seed=settings.seed, p_mask=settings.p_mask, p_pos=settings.p_pos,
                      p_ng=settings.p_ng, max_ngram=settings.max_ngram, pair_augment=settings.pair_augment,
-                     pos_file=file_sha256(pos_file) if Path(pos_file).is_file() else None)
+                     pos_file=file_sha256(pos_file) if pos_file and Path(pos_file).is_file() else None)
     if settings.bf16:                # the teacher's logits computed under bfloat16 autocast differ a little
         parts["bf16"] = True
     return fingerprint(parts)

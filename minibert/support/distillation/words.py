@@ -1,24 +1,12 @@
-"""Support for minibert/augment.py and minibert/distillation.py: how a text
-becomes the lower-cased words both of them read, the words and tags of a
-part-of-speech tagged file ("word TAG ..." per line, as CoNLL-2003's) that
-augment.PosLexicon learns from, and the checks of augment.py's arguments."""
+"""Support for minibert/augment.py: the words and tags of a part-of-speech
+tagged file ("word TAG ..." per line, as CoNLL-2003's) that augment.PosLexicon
+learns from, and the checks of augment.py's arguments."""
 
-import re
 from collections import Counter, defaultdict
 
 import numpy as np
 
 from minibert.support.errors import MiniBertError
-
-MASK = "[MASK]"
-
-_WORD = re.compile(r"\w+|[^\w\s]")
-
-
-def split_words(text):
-    """Lower-cased words and punctuation marks: "Don't!" -> don ' t !"""
-    return _WORD.findall(text.lower())
-
 
 def tagged_lines(path):
     """(1-based line number, whitespace-separated fields) of each line that is
@@ -35,12 +23,12 @@ def tagged_lines(path):
         raise MiniBertError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
-def tagged_word_counts(paths):
+def tagged_word_counts(paths, split_words):
     """word -> Counter({tag: count}) of tagged files: lines "word TAG [more
     columns]", the first two whitespace-separated columns (CoNLL-2003's "word
     POS chunk NER" gives its POS column). Blank lines and "-DOCSTART-" lines
-    are skipped; words are lower-cased. Only words that `split_words` keeps
-    whole are used ("u.s." is not: the sentences would never contain it as one word)."""
+    are skipped; words are lower-cased. Only words that `split_words` (the
+    lesson's, augment.split_words) keeps whole are used ("u.s." is not: the sentences would never contain it as one word)."""
     counts = defaultdict(Counter)
     for path in paths:
         lines, worded, first = 0, 0, None
