@@ -52,7 +52,7 @@ from pathlib import Path
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
 from minibert.support.distillation.student_config import MAX_EMBEDDING_DIM
-from minibert.support.task_registry import CLASSIFICATION
+from minibert.tasks import CLASSIFICATION
 
 TASKS = list(CLASSIFICATION)          # the sentence(-pair) classification tasks
 

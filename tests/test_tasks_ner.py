@@ -12,8 +12,8 @@ from minibert.runs import finetuning as finetuning_run
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModelOutput
 from minibert.heads import IGNORE_INDEX
-from minibert.tasks.ner import NerTask, first_pieces, iob2_to_iob1, tagging_scheme, window_starts
-from minibert.support.task_files import NerExamples, NerSentence
+from minibert.tasks.ner import (NerExamples, NerSentence, NerTask, first_pieces, iob2_to_iob1, tagging_scheme,
+                                window_starts)
 from minibert.tokenization import load_tokenizer
 from tiny_models import SENTENCES, save_tiny_model, write_vocab
 

@@ -21,8 +21,8 @@ from minibert.runs import finetuning as finetuning_run
 from minibert.support.errors import MiniBertError
 from minibert.metrics import squad_v1_metrics, squad_v2_metrics
 from minibert.model import BertModelOutput
-from minibert.support.task_files import SquadPredictions, SquadQuestion, squad_dataset
-from minibert.tasks.squad import SquadTask, answer_tokens, token_spans
+from minibert.tasks.squad import (SquadPredictions, SquadQuestion, SquadTask, answer_tokens, squad_dataset,
+                                  token_spans)
 from minibert.tokenization import load_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
