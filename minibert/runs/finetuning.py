@@ -182,7 +182,7 @@ def read_task_record(folder):
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
                                       f"finetune.py --task ... --output {folder}")
-    check_task_record(Path(folder) / TASK_FILE, record, TASKS)
+    check_task_record(Path(folder) / TASK_FILE, record, tuple(TASKS))
     return record
 
 
