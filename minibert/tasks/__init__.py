@@ -104,6 +104,7 @@ class Task:
     split_group = None        # split(): example -> its group; None: each example alone
 
     def check_examples(self, path, examples, training=False):
+        """A warning about the examples read from `path`, or None."""
         return None
 
     def split(self, examples, fraction, seed):

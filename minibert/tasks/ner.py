@@ -120,6 +120,7 @@ class NerTask(Task):
         return examples
 
     def split(self, examples, fraction, seed):
+        """CoNLL-2003 is not split: it has its own dev file."""
         raise MiniBertError("conll2003 has its own dev file (eng.testa): evaluate on it instead of holding out "
                             "part of the training file")
 
