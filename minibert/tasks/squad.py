@@ -347,7 +347,7 @@ class SquadTask(Task):
         return all(example.answers or example.is_impossible for example in examples)
 
     def write_predictions(self, examples, predictions, path):
-        """{id: answer} and, for SQuAD 2.0, the null odds (task_files); returns the paths written."""
+        """{id: answer} and, for SQuAD 2.0, the null odds (write_squad_predictions); returns the paths written."""
         return write_squad_predictions(examples, predictions, path)
 
 
