@@ -52,7 +52,7 @@ from pathlib import Path
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
 from minibert.support.distillation.student_config import MAX_EMBEDDING_DIM
-from minibert.support.task_registry import CLASSIFICATION
+from minibert.tasks import CLASSIFICATION
 
 # The part-of-speech lexicon when --pos-file is not given: CoNLL-2003's training file in the data folder next to
 # the repository (this script's folder; the package itself knows no folder of the repository).

@@ -53,11 +53,11 @@ examples:
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
-from minibert.support.task_registry import TASK_NAMES
+from minibert.tasks import TASKS
 
 parser = ArgumentParser(prog="finetune.py", description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
-what.add_argument("--task", choices=TASK_NAMES, help="fine-tune on this task (needs --train and --output)")
+what.add_argument("--task", choices=TASKS, help="fine-tune on this task (needs --train and --output)")
 what.add_argument("--model", help="fine-tune: the pretrained model, a folder, hub id or known name (default: the "
                                   "bundled model); predict/evaluate: a fine-tuned folder")
 what.add_argument("--ensemble", nargs="+", metavar="DIR",
@@ -141,11 +141,11 @@ def main(argv=None):
 
 
 def task_settings(args):
-    """What the task object needs besides its name (SQuAD's window settings)."""
-    if args.task != "squad":
-        return {}
-    return {"doc_stride": args.doc_stride, "max_query_len": args.max_query_len, "max_answer_len": args.max_answer_len,
-            "n_best": args.n_best, "null_threshold": 0.0 if args.null_threshold is None else args.null_threshold}
+    """The task flags' values (the squad group's) for the task object, which
+    takes those it has and keeps its defaults for the flags not given."""
+    given = {"doc_stride": args.doc_stride, "max_query_len": args.max_query_len, "max_answer_len": args.max_answer_len,
+             "n_best": args.n_best, "null_threshold": args.null_threshold}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def sift_config(args):
@@ -166,16 +166,14 @@ def resume_flags(args, eval_name):
             "--split-eval": args.split_eval, "--eval": eval_name, "--bf16": args.bf16}
 
 
-def check_answers(task, path, examples, training=False):
-    """SQuAD: warn about answers that are not where answer_start says (naming
-    the first questions); refuse a training file where most are not."""
-    if task.name == "squad":
+def check_examples(task, path, examples, training=False):
+    """Print the task's warning about the examples, if any (SQuAD: answers
+    that are not where answer_start says); the task refuses a file it cannot use."""
+    warning = task.check_examples(path, examples, training=training)
+    if warning:                          # a piped file named as the user gave it, not by its copy
         import sys
         from minibert.support.inputs import as_given
-        from minibert.support.task_files import check_answer_alignment
-        warning = check_answer_alignment(path, examples, refuse_most=training)
-        if warning:                      # a piped file named as the user gave it, not by its copy
-            print(f"warning: {as_given(warning)}", file=sys.stderr)
+        print(f"warning: {as_given(warning)}", file=sys.stderr)
 
 
 def fine_tune(args):
@@ -188,7 +186,6 @@ def fine_tune(args):
                                           resume_from_checkpoint)
     from minibert.support.fileio import write_json
     from minibert.support.reports import format_metrics, json_safe
-    from minibert.support.task_files import split_for_evaluation
     from minibert.tasks import make_task
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
@@ -209,27 +206,27 @@ def fine_tune(args):
     if not task.has_gold(examples):
         raise MiniBertError(f"--train {args.train}: not every example has its label (a file to predict on, or a "
                             f"label column under another name?); fine-tuning needs a labelled file")
-    check_answers(task, args.train, examples, training=True)
+    check_examples(task, args.train, examples, training=True)
     if args.split_eval is not None:
-        examples, eval_examples = split_for_evaluation(task, examples, args.split_eval, args.seed)
+        examples, eval_examples = task.split(examples, args.split_eval, args.seed)
         eval_name = f"held-out {args.split_eval:.0%} of {given_train} (seed {args.seed})"
     elif args.eval:
         eval_examples, eval_name = task.read(Path(args.eval)), str(given_eval)
         if not task.has_gold(eval_examples):
             raise MiniBertError(f"--eval {args.eval}: not every example has its label; evaluating needs a "
                                 f"labelled file")
-        check_answers(task, args.eval, eval_examples)
+        check_examples(task, args.eval, eval_examples)
     else:
         eval_examples, eval_name = None, None
     if args.max_train_examples:                      # after the split: the held-out part stays whole
         examples = examples[:args.max_train_examples]
-    max_seq_len = args.max_seq_len or (384 if args.task == "squad" else 128)
+    max_seq_len = args.max_seq_len or task.default_max_seq_len
     summary = finetuning_run.fine_tune(
         task, args.model, examples, eval_examples, output, epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.lr, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
         max_seq_len=max_seq_len, warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed,
         bf16=args.bf16, device=args.device, resume=resume, progress=not args.quiet,
-        max_minutes=args.max_minutes, record_fields={**task_settings(args), "evaluated_on": eval_name},
+        max_minutes=args.max_minutes, record_fields={"evaluated_on": eval_name},
         sift=sift_config(args), resume_flags=resume_flags(args, eval_name),
         eval_name="held-out" if args.split_eval is not None else Path(given_eval or "").name,
         keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer)
@@ -257,7 +254,6 @@ def predict_or_evaluate(args):
     from minibert.support.fileio import write_json
     from minibert.support.outputs import check_distinct_outputs, check_output_file
     from minibert.support.reports import format_metrics
-    from minibert.support.task_files import split_for_evaluation
     from minibert.tasks import make_task
 
     folders = args.ensemble or [args.model]
@@ -273,13 +269,13 @@ def predict_or_evaluate(args):
     overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}
 
     def held_out(task, examples):          # what fine-tuning with this --split-eval and --seed held out
-        return split_for_evaluation(task, examples, args.split_eval, args.seed)[1]
+        return task.split(examples, args.split_eval, args.seed)[1]
     task, examples, predictions = finetuning_run.predict(folders, path, make_task, device=args.device,
                                                      batch_size=args.eval_batch_size, bf16=args.bf16, progress=not args.quiet,
                                                      overrides=overrides,
                                                      select=None if args.split_eval is None else held_out)
     path = given                           # from here on the input is only named
-    check_answers(task, path, examples)
+    check_examples(task, path, examples)
     if args.split_eval is not None:
         path = f"held-out {args.split_eval:.0%} of {path} (seed {args.seed})"
     if args.predict:

@@ -330,7 +330,6 @@ def deepen_variant(model, layer_order, tied):
 def read_data(args, task, work):
     """(training examples, path of the held-out file, its description)."""
     from minibert.support.errors import MiniBertError
-    from minibert.support.task_files import split_for_evaluation
 
     if args.task == "squad" and args.split_eval is not None:
         raise MiniBertError("--split-eval: not for squad; hold out whole articles with bench/squad_articles.py "
@@ -340,7 +339,7 @@ def read_data(args, task, work):
         eval_path, eval_name = Path(args.eval), str(args.eval)
         task.read(eval_path)                               # a bad file fails now, not after the first run
     else:
-        examples, held_out = split_for_evaluation(task, examples, args.split_eval, args.split_seed)
+        examples, held_out = task.split(examples, args.split_eval, args.split_seed)
         eval_path = work / ("heldout.jsonl" if args.task == "snli" else "heldout.tsv")
         write_examples(args.task, held_out, eval_path)
         back = task.read(eval_path)

@@ -128,7 +128,8 @@ def test_split_eval_holds_out_part_of_the_training_file_and_names_it(setup, tmp_
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["evaluated_on"] == f"held-out 25% of {train} (seed 0)" and "accuracy" in metrics
     assert f"held-out 25% of {train}" in captured.out
-    from minibert.support.task_files import read_sst2, split_examples
+    from minibert.support.task_files import split_examples
+    from minibert.tasks.classification import read_sst2
     kept, held_out = split_examples(read_sst2(train), 0.25, 0, group=lambda e: e.text_a)
     assert not {e.text_a for e in kept} & {e.text_a for e in held_out}
 

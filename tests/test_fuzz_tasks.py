@@ -19,7 +19,6 @@ import pytest
 from minibert.runs import finetuning as finetuning_run
 from minibert.support.errors import MiniBertError
 from minibert.tasks import make_task
-from minibert.support.task_files import check_answer_alignment
 from test_fuzz import JSON_VALUES, append, flip, insert, truncate, with_json_value
 from test_task_files import CONLL, MRPC_HEADER, SST2_TSV, SST_TREES, mnli_row, snli_line, squad_v1, squad_v2
 
@@ -61,12 +60,11 @@ MUTATIONS = {"flip": flip, "truncate": truncate, "insert": insert, "append": app
 
 def read_and_check(task_name, path):
     """What finetune.py does with a data file before the model: read it, tell
-    whether it is labelled, and for SQuAD check the answers' offsets."""
+    whether it is labelled, and check the examples (SQuAD: the answers' offsets)."""
     task = make_task(task_name)
     examples = task.read(path)
     task.has_gold(examples)
-    if task_name == "squad":
-        check_answer_alignment(path, examples, refuse_most=True)
+    task.check_examples(path, examples, training=True)
     return examples
 
 

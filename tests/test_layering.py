@@ -229,13 +229,27 @@ def f(x):
     assert sorted(code_lines(source)) == [4, 7, 10, 11, 12]
 
 
+def reading_path_source(path):
+    """The part of `path` a reader of the path reads: a task file's lines
+    above its closing section "# The files: ...", which holds its datasets'
+    readers and writers and the checks of its settings (what support holds
+    for a lesson, kept in the task's one file so a task stays one file)."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if path.parent.name == "tasks":
+        heading = next((i for i, line in enumerate(lines) if line.startswith("# The files")), len(lines) + 1)
+        lines = lines[:heading - 1]                 # up to the "# ----" rule above the heading
+    return "".join(lines)
+
+
 def test_the_reading_path_names_lessons_only_and_stays_within_its_target():
     files = reading_path_files()
     assert len(files) >= 15 and all(path.is_file() for path in files), files
     for path in files:
         level = level_of(module_name(path))
         assert level in (LEVEL_NAMES.index("model files"), LESSONS), f"{path.name}: level {level}, not a lesson"
-    code = {path.name: len(code_lines(path.read_text(encoding="utf-8"))) for path in files}
+    ner = PACKAGE_DIR / "tasks" / "ner.py"
+    assert len(reading_path_source(ner)) < len(ner.read_text(encoding="utf-8"))   # the CoNLL reader is below the heading
+    code = {path.name: len(code_lines(reading_path_source(path))) for path in files}
     assert sum(code.values()) <= READING_PATH_CODE_TARGET, (
         f"the reading path holds {sum(code.values())} code lines, the target {READING_PATH_CODE_TARGET}: {code}")
 

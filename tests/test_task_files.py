@@ -1,6 +1,7 @@
-"""minibert.support.task_files: every reader on small files written here in the
-datasets' exact formats, the grouped split, the errors for bad input, and
-(where ../shared/data exists) the example counts of the real files."""
+"""The tasks' file readers (minibert/tasks/) and their shared helpers
+(minibert.support.task_files): every reader on small files written here in
+the datasets' exact formats, the grouped split, the errors for bad input,
+and (where ../shared/data exists) the example counts of the real files."""
 
 import collections
 import json
@@ -9,13 +10,18 @@ from pathlib import Path
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.support.task_files import (ClassificationExample, SquadQuestion, check_answer_alignment,
-                                         detect_format, misaligned_answers, read_conll, read_mnli, read_mrpc, read_qqp,
-                                         read_snli, read_squad, read_sst2, read_task_file, split_examples,
-                                         split_for_evaluation, write_conll_predictions)
+from minibert.support.task_files import ClassificationExample, detect_format, split_examples
 from minibert.tasks import make_task
+from minibert.tasks.classification import READERS, read_mnli, read_mrpc, read_qqp, read_snli, read_sst2
+from minibert.tasks.ner import read_conll, write_conll_predictions
+from minibert.tasks.squad import SquadQuestion, check_answer_alignment, misaligned_answers, read_squad
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def read_task_file(task, path):
+    """`task`'s reader on `path`: a list of ClassificationExample, a NerFile or (questions, version, data)."""
+    return {**READERS, "conll2003": read_conll, "squad": read_squad}[task](path)
 
 
 def write(folder, name, text):
@@ -321,18 +327,18 @@ def test_split_keeps_whole_articles_on_one_side():
     assert 0.2 * len(questions) <= len(held_out) < 0.2 * len(questions) + largest_article
 
 
-def test_split_for_evaluation_keeps_squad_articles_and_snli_premises_whole():
+def test_a_tasks_split_keeps_squad_articles_and_snli_premises_whole():
     questions = [SquadQuestion(f"{a}-{i}", "?", "the cat sat .", [("cat", 4)], False, a, "title")
                  for a in range(10) for i in range(3)]
-    train, held_out = split_for_evaluation(make_task("squad"), questions, 0.2, seed=0)
+    train, held_out = make_task("squad").split(questions, 0.2, seed=0)
     assert len(held_out) == 6 and len(train) == 24
     assert not {q.article for q in train} & {q.article for q in held_out}
     pairs = [ClassificationExample(f"premise {p}", f"hypothesis {h}", "neutral", None, 1)
              for p in range(10) for h in range(3)]
-    train, held_out = split_for_evaluation(make_task("snli"), pairs, 0.2, seed=0)
+    train, held_out = make_task("snli").split(pairs, 0.2, seed=0)
     assert len(held_out) == 6 and not {e.text_a for e in train} & {e.text_a for e in held_out}
     with pytest.raises(MiniBertError, match="conll2003 has its own dev file"):
-        split_for_evaluation(make_task("conll2003"), [], 0.2, seed=0)
+        make_task("conll2003").split([], 0.2, seed=0)
 
 
 def test_split_refuses_a_bad_fraction_or_one_group():
@@ -400,7 +406,7 @@ def test_bad_bytes_and_files_without_examples(tmp_path):
     with pytest.raises(MiniBertError, match="no sentences"):
         read_conll(write(tmp_path, "docstart.txt", "-DOCSTART- -X- -X- O\n\n"))
     with pytest.raises(MiniBertError, match="unknown task 'cola'"):
-        read_task_file("cola", path)
+        make_task("cola")
 
 
 def test_bad_squad_files_name_the_place_in_the_json(tmp_path):

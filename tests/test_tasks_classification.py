@@ -12,9 +12,8 @@ import torch
 
 from minibert.model import BertConfig, BertModelOutput
 from minibert.support.errors import MiniBertError
-from minibert.support.task_registry import CLASSIFICATION, CLASSIFICATION_LABELS
-from minibert.tasks import make_task
-from minibert.tasks.classification import ClassificationTask
+from minibert.tasks import CLASSIFICATION, make_task
+from minibert.tasks.classification import CLASSIFICATION_LABELS, ClassificationTask
 from minibert.support.task_files import ClassificationExample
 from minibert.tokenization import load_tokenizer
 from tiny_models import write_vocab

@@ -12,8 +12,8 @@ from minibert.runs import finetuning as finetuning_run
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModelOutput
 from minibert.heads import IGNORE_INDEX
-from minibert.tasks.ner import NerTask, first_pieces, iob2_to_iob1, tagging_scheme, window_starts
-from minibert.support.task_files import NerExamples, NerSentence
+from minibert.tasks.ner import (NerExamples, NerSentence, NerTask, check_known_tags, check_tag_set, first_pieces,
+                                iob2_to_iob1, tagging_scheme, window_starts)
 from minibert.tokenization import load_tokenizer
 from tiny_models import SENTENCES, save_tiny_model, write_vocab
 
@@ -342,3 +342,13 @@ def test_exercise_first_piece_labels_starts_a_window_in_the_middle_of_a_word():
     # a window cut inside a word: its first piece is still the first of that word seen
     assert first_pieces([4, 4, 5, 5, 6]) == [4, None, 5, None, 6]
     assert first_pieces([2]) == [2]
+
+
+def test_the_tag_set_must_be_known_and_hold_every_tag():
+    with pytest.raises(MiniBertError, match="the tag set is unknown"):
+        check_tag_set(None)
+    check_tag_set(["O", "B-PER"])
+    sentence = NerSentence(["Jim", "Rome"], ["B-PER", "B-LOC"], [7, 8])
+    check_known_tags(["B-PER"], ["O", "B-PER"], sentence, 2)
+    with pytest.raises(MiniBertError, match=r"line 7 \(sentence 2\): tag 'B-LOC' is not one of the model's labels"):
+        check_known_tags(sentence.tags, ["O", "B-PER"], sentence, 2)

@@ -21,8 +21,8 @@ from minibert.runs import finetuning as finetuning_run
 from minibert.support.errors import MiniBertError
 from minibert.metrics import squad_v1_metrics, squad_v2_metrics
 from minibert.model import BertModelOutput
-from minibert.support.task_files import SquadPredictions, SquadQuestion, squad_dataset
-from minibert.tasks.squad import SquadTask, answer_tokens, token_spans
+from minibert.tasks.squad import (SQUAD_SETTINGS, SquadPredictions, SquadQuestion, SquadTask, answer_tokens,
+                                  squad_dataset, squad_settings, token_spans)
 from minibert.tokenization import load_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -527,3 +527,22 @@ def test_exercise_squad_span_starts_only_where_the_window_has_max_context():
     assert SquadTask(version="1.1").best_span(log_start, log_end, window) == (3.0, 4, 4)
     nowhere = _exercise_window(length=6, max_context=[False] * 6)
     assert SquadTask(version="1.1").best_span(log_start, log_end, nowhere) is None
+
+
+DEFAULTS = dict(zip(SQUAD_SETTINGS, (None, 128, 64, 30, 20, 0)))
+
+
+def test_squad_settings_take_the_record_over_the_arguments_and_normalise():
+    values = squad_settings(DEFAULTS, {"squad_version": "v2.0", "doc_stride": 64, "task": "squad"})
+    assert values == {**DEFAULTS, "squad_version": "2.0", "doc_stride": 64, "null_threshold": 0.0}
+    assert isinstance(values["null_threshold"], float)
+    assert squad_settings(DEFAULTS) == {**DEFAULTS, "null_threshold": 0.0}
+
+
+@pytest.mark.parametrize("bad, message", [({"doc_stride": 0}, "doc_stride must be a positive integer"),
+                                          ({"n_best": True}, "n_best must be a positive integer"),
+                                          ({"null_threshold": float("nan")}, "null_threshold must be a number"),
+                                          ({"squad_version": "3.0"}, "unknown SQuAD version '3.0'")])
+def test_bad_squad_settings_are_named(bad, message):
+    with pytest.raises(MiniBertError, match=message):
+        squad_settings(DEFAULTS, bad)

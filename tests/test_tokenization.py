@@ -249,7 +249,9 @@ def shared_sentences():
     CoNLL sentence with its words joined by spaces, each SQuAD question and
     paragraph), read with minibert's own readers; and the distinct
     space-separated chunks of them all."""
-    from minibert.support.task_files import read_conll, read_mrpc, read_snli, read_squad, read_sst2
+    from minibert.tasks.classification import read_mrpc, read_snli, read_sst2
+    from minibert.tasks.ner import read_conll
+    from minibert.tasks.squad import read_squad
     if not all((SHARED_DATA / name).is_file() for names in SHARED_FILES.values() for name in names):
         pytest.skip("needs ../shared/data (SST-2, SNLI, MRPC, CoNLL-2003, SQuAD), absent here")
     sentences = []

@@ -24,7 +24,7 @@ from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
 from minibert.support.folders import check_task_record, read_as_one, read_record, write_folder, write_record
 from minibert.support.outputs import CHECKPOINT
-from minibert.tasks import TASK_NAMES
+from minibert.tasks import TASKS
 from minibert.tokenization import load_tokenizer
 
 TASK_FILE = "task.json"
@@ -96,7 +96,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     eval_features = task.features(eval_examples, tokenizer, max_seq_len) if eval_examples is not None else None
     # The model as load_pretrained finds it again: its name or path, the bundled one by its folder's name.
     base_name = str(model_name) if model_name is not None else base_model.source_dir.name
-    record = {"max_seq_len": max_seq_len, "base_model": base_name, **getattr(task, "settings", {}),
+    record = {"max_seq_len": max_seq_len, "base_model": base_name, **task.settings,
               **(record_fields or {})}       # what task.json records, with the best epoch's metrics
     objective = Objective(task)
     if sift is not None:
@@ -129,8 +129,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         "--weight-decay": weight_decay, "--max-seq-len": max_seq_len, "--optimizer": optimizer,
         "the tokenizer's casing (do_lower_case)": getattr(tokenizer, "do_lower_case", None),
         "--sift": record.get("sift"),
-        **{f"--{k.replace('_', '-')}": v for k, v in getattr(task, "settings", {}).items()
-           if k in ("doc_stride", "max_query_len")},
+        **{f"--{k.replace('_', '-')}": v for k, v in task.feature_settings.items()},
         **(resume_flags or {})}
     output.mkdir(parents=True, exist_ok=True)
     if context.is_main and progress:
@@ -183,7 +182,7 @@ def read_task_record(folder):
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
                                       f"finetune.py --task ... --output {folder}")
-    check_task_record(Path(folder) / TASK_FILE, record, TASK_NAMES)
+    check_task_record(Path(folder) / TASK_FILE, record, tuple(TASKS))
     return record
 
 

@@ -29,8 +29,8 @@ For one lesson, or one group of lessons, each:
     sentencepiece_model.py     tokenization.py: the pieces and settings of a SentencePiece `.model` file
     token_cache.py             pretraining_data.py: the corpus read, split into sentences and tokenized once
     metric_inputs.py           metrics.py: the checks on what the official metrics are given
-    task_registry.py           minibert/tasks/: the table of the tasks and their labels; the checks of their settings
-    task_files.py              minibert/tasks/: the datasets' files: readers, prediction writers, the held-out split
+    task_files.py              minibert/tasks/: what every task's file reader shares (numbered lines, one-line
+                               errors, the format of a first line, TSV rows, JSON fields) and the held-out split
     distillation/              lstm.py, augment.py, distillation.py: the student's config, inputs, word vectors,
                                transfer cache and run settings (its __init__.py maps them)
 """

@@ -17,10 +17,14 @@ separates two adjacent entities of one type). The model is trained on IOB2
 (every entity starts with B-), which gives "first word of an entity" one
 consistent tag; conlleval reads both the same (metrics.py), so gold tags are
 scored as written, and predictions are written back in the file's scheme
-(`iob2_to_iob1`, `tagging_scheme`; the file: minibert/support/task_files.py).
+(`iob2_to_iob1`, `tagging_scheme`). The CoNLL files are read and written at
+the end of this file (`read_conll`, `write_conll_predictions`).
 """
 
 import bisect
+import re
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch.nn.functional as F
@@ -28,8 +32,11 @@ import torch.nn.functional as F
 from minibert import metrics
 from minibert.heads import IGNORE_INDEX, OutputLayer
 from minibert.support.errors import MiniBertError
-from minibert.support.task_files import NerExamples, ner_file_of, read_conll, write_conll_predictions
-from minibert.support.task_registry import NER, check_known_tags, check_tag_set
+from minibert.support.fileio import atomic_write
+from minibert.support.task_files import check_format, line_error, numbered_lines
+from minibert.tasks import Task
+
+NER = "conll2003"
 
 
 # ----------------------------------------------------------------------------
@@ -90,18 +97,18 @@ def first_pieces(word_of_piece):
 # ----------------------------------------------------------------------------
 
 
-class NerTask:
+class NerTask(Task):
     """CoNLL-2003 NER: IOB2 tags, one per word, from the word's first piece.
     `labels` is the tag set, "O" first (its index is the class index). By
     default it is learned from the IOB2 tags of the files `read` before the
     head is made (the training and evaluation files), sorted; a fine-tuned
     folder keeps it in task.json."""
 
-    name = NER
     main_metric = "f1"
     uses_pooler = False       # a class per token: the head reads every token, not [CLS]
 
-    def __init__(self, labels=None):
+    def __init__(self, labels=None, name=NER, settings=None):
+        self.name = name
         self.labels = list(labels) if labels is not None else None
         self.learning_labels = labels is None
 
@@ -111,6 +118,11 @@ class NerTask:
         if self.learning_labels:
             self.learn_labels(examples)
         return examples
+
+    def split(self, examples, fraction, seed):
+        """CoNLL-2003 is not split: it has its own dev file."""
+        raise MiniBertError("conll2003 has its own dev file (eng.testa): evaluate on it instead of holding out "
+                            "part of the training file")
 
     def learn_labels(self, examples):
         """Add the IOB2 tags of `examples` to the labels ("O" first, then sorted)."""
@@ -257,3 +269,156 @@ def tagging_scheme(sentences):
             if sentence.tags[start].startswith("I-"):
                 return "IOB1"
     return "IOB2"
+
+
+# ----------------------------------------------------------------------------
+# The files: CoNLL-2003 columns; the checks of the tag set
+# ----------------------------------------------------------------------------
+
+
+def check_tag_set(labels):
+    """The NER task needs its tag set before it makes features or a head."""
+    if not labels:
+        raise MiniBertError("conll2003: the tag set is unknown: read the training file with this task first "
+                            "(its tags are the labels), or pass NerTask(labels=[...])")
+
+
+def check_known_tags(tags, labels, sentence, index):
+    """Every (IOB2) tag of sentence number `index` must be one of the model's labels."""
+    unknown = [tag for tag in tags if tag not in labels]
+    if unknown:
+        raise MiniBertError(f"line {sentence.line_numbers[0]} (sentence {index}): tag {unknown[0]!r} is not one "
+                            f"of the model's labels {labels}")
+
+
+@dataclass
+class NerSentence:
+    """One CoNLL sentence: its words, their tags (None in a file without a
+    tag column) and the 1-based line number of each word."""
+    words: list
+    tags: Optional[list]
+    line_numbers: list
+
+
+@dataclass
+class NerFile:
+    """A CoNLL file's lines as read (without line endings) and its sentences.
+    The lines are kept so that predictions can be written back as the input
+    file plus one column (`write_conll_predictions`)."""
+    lines: list
+    sentences: list
+
+
+class NerExamples(list):
+    """The sentences (NerSentence) of one CoNLL file, in file order, as the
+    NER task reads them.
+
+    A list, so that len() and iteration work as for every other task
+    (fine_tune counts its training examples), plus `ner_file`, the NerFile
+    they came from: its lines are what `write_conll_predictions` writes back."""
+
+    def __init__(self, ner_file):
+        super().__init__(ner_file.sentences)
+        self.ner_file = ner_file
+
+
+DOCSTART = "-DOCSTART-"
+
+# conlleval's tags: O, or B/I/E/S, a hyphen and the entity type.
+_NER_TAG = re.compile(r"O|[BIES]-\S+")
+
+
+def has_tag_column(columns):
+    """Whether a CoNLL file with this many columns per token carries NER tags.
+
+    4 (`word POS chunk NER`, CoNLL-2003) and 2 (`word NER`): yes, the last
+    column. 1 (words only) and 3 (`word POS chunk`, a file to predict on): no.
+    More than 4 (e.g. a predictions file, `... gold predicted`): the last.
+    """
+    return columns not in (1, 3)
+
+
+def _is_docstart(fields):
+    return bool(fields) and fields[0] == DOCSTART
+
+
+def read_conll(path):
+    """Sentences of a CoNLL-2003 file: one token per line, whitespace-separated
+    columns with the word first, blank lines between sentences, `-DOCSTART-`
+    lines between documents (neither is a token).
+
+    Every token line must have the same number of columns; whether the last
+    is the NER tag follows from that number (`has_tag_column`). Tags must be
+    O or B-/I-/E-/S- plus a type, and are kept as written (CoNLL-2003 is IOB1;
+    minibert.metrics.iob1_to_iob2 converts).
+    """
+    check_format(path, NER, ("conll", "columns", "tsv"))   # CoNLL files may lack -DOCSTART-; some use tabs
+    lines, sentences = [], []
+    words, tags, numbers = [], [], []
+    columns = first_token_line = None
+    for number, line in numbered_lines(path):
+        if "\r" in line:                   # old Mac line endings: the whole file would be one line
+            raise line_error(path, number, "a carriage return (\\r) inside a line: convert the file's line endings "
+                                       "to \\n")
+        lines.append(line)
+        fields = line.split()
+        if not fields or _is_docstart(fields):
+            if words:
+                sentences.append(NerSentence(words, tags if has_tag_column(columns) else None, numbers))
+                words, tags, numbers = [], [], []
+            continue
+        if columns is None:
+            columns, first_token_line = len(fields), number
+        elif len(fields) != columns:
+            raise line_error(path, number, f"{len(fields)} columns, but line {first_token_line} has {columns}")
+        if has_tag_column(columns) and not _NER_TAG.fullmatch(fields[-1]):
+            raise line_error(path, number, f"unknown NER tag {fields[-1]!r} (expected O or B-/I-/E-/S-TYPE)")
+        words.append(fields[0])
+        tags.append(fields[-1])
+        numbers.append(number)
+    if words:
+        sentences.append(NerSentence(words, tags if has_tag_column(columns) else None, numbers))
+    if not sentences:
+        raise MiniBertError(f"{path}: no sentences (only blank and -DOCSTART- lines)")
+    return NerFile(lines, sentences)
+
+
+def ner_file_of(examples):
+    """The NerFile that `examples` (as NerTask.read returns them) came from."""
+    if not isinstance(examples, NerExamples):
+        raise MiniBertError("conll2003: write_predictions needs the examples NerTask.read returned "
+                            "(they keep the file's lines)")
+    return examples.ner_file
+
+
+def write_conll_predictions(ner_file, predicted_tags_per_sentence, path):
+    """Write `ner_file` back with a predicted tag appended to every token line.
+
+    Blank lines stay as they are. `-DOCSTART-` lines get "O" appended too:
+    conlleval requires every non-blank line to have the same number of
+    columns. The separator is the file's own (a tab if it used tabs). With a
+    gold column, the result is what conlleval scores: gold second to last,
+    prediction last. Written atomically: a crash leaves no half file.
+    """
+    sentences = ner_file.sentences
+    if len(predicted_tags_per_sentence) != len(sentences):
+        raise MiniBertError(f"{path}: {len(predicted_tags_per_sentence)} predicted sentences "
+                            f"for {len(sentences)} sentences in the input")
+    tag_of_line = {}
+    for index, (sentence, tags) in enumerate(zip(sentences, predicted_tags_per_sentence)):
+        if len(tags) != len(sentence.words):
+            raise MiniBertError(f"{path}: sentence {index} (line {sentence.line_numbers[0]}) has "
+                                f"{len(sentence.words)} words but {len(tags)} predicted tags")
+        for number, tag in zip(sentence.line_numbers, tags):
+            if not isinstance(tag, str) or not _NER_TAG.fullmatch(tag):
+                raise MiniBertError(f"{path}: predicted tag {tag!r} for line {number} is not a NER tag")
+            tag_of_line[number] = tag
+    first_token_line = ner_file.lines[sentences[0].line_numbers[0] - 1]
+    separator = "\t" if "\t" in first_token_line else " "
+    with atomic_write(path, mode="w") as f:
+        for number, line in enumerate(ner_file.lines, start=1):
+            if number in tag_of_line:
+                line = line.rstrip() + separator + tag_of_line[number]
+            elif _is_docstart(line.split()):
+                line = line.rstrip() + separator + "O"
+            f.write(line + "\n")

@@ -20,11 +20,15 @@ that are not batched: "_offsets" (T, 2), each token's character span in the
 ORIGINAL context, (-1, -1) outside it; "_max_context" (T,), True where this
 window gives the token the most context on both sides, the only windows in
 which an answer may start there (run_squad.py `_check_is_max_context`).
-The files are read and written by minibert/support/task_files.py.
+The SQuAD files are read and written at the end of this file (`read_squad`,
+`write_squad_predictions`).
 """
 
 import math
 import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -33,8 +37,9 @@ import torch.nn.functional as F
 from minibert import metrics
 from minibert.heads import MASKED_LOGIT, SpanHead
 from minibert.support.errors import MiniBertError
-from minibert.support.task_files import SquadPredictions, read_squad, squad_dataset, write_squad_predictions
-from minibert.support.task_registry import SQUAD_SETTINGS, squad_settings
+from minibert.support.fileio import read_json_object, write_json
+from minibert.support.task_files import check_format, json_field, nonempty
+from minibert.tasks import Task
 
 # A probability that underflowed to 0 in float32 counts as the smallest
 # positive float32, so that log-probabilities (and their differences) stay finite.
@@ -116,7 +121,7 @@ def top_positions(scores, allowed, n):
 # ----------------------------------------------------------------------------
 
 
-class SquadTask:
+class SquadTask(Task):
     """SQuAD v1.1 or v2.0. version: "1.1" or "2.0"; None until known: `read`
     sets it from the file (which decides how it is scored); for examples made
     by hand it is "2.0" exactly when some question is unanswerable.
@@ -125,13 +130,13 @@ class SquadTask:
     fine-tuned folder's task.json record, whose values replace the keyword
     arguments."""
 
-    name = "squad"
-    labels = None
     main_metric = "f1"
     uses_pooler = False       # the head reads every token, not the pooled [CLS] vector
+    default_max_seq_len = 384
 
     def __init__(self, version=None, doc_stride=128, max_query_len=64, max_answer_len=30, n_best=20,
-                 null_threshold=0.0, settings=None):
+                 null_threshold=0.0, settings=None, name="squad", labels=None):
+        self.name = name
         given = (version, doc_stride, max_query_len, max_answer_len, n_best, null_threshold)
         values = squad_settings(dict(zip(SQUAD_SETTINGS, given)), settings)
         (self.version, self.doc_stride, self.max_query_len, self.max_answer_len, self.n_best,
@@ -143,12 +148,28 @@ class SquadTask:
         return dict(zip(SQUAD_SETTINGS, (self.version, self.doc_stride, self.max_query_len, self.max_answer_len,
                                           self.n_best, self.null_threshold)))
 
+    @property
+    def feature_settings(self):
+        """The settings that shape the features (a resumed run must keep them)."""
+        return {"doc_stride": self.doc_stride, "max_query_len": self.max_query_len}
+
     def read(self, path):
         """The questions of a SQuAD JSON file (a list of SquadQuestion). Only
         the file's version is kept: `metrics` rebuilds the official "data"
         from the questions, which also scores a held-out subset correctly."""
         questions, self.version, _ = read_squad(path)
         return questions
+
+    def check_examples(self, path, examples, training=False):
+        """A warning naming the questions whose answer is not at its
+        answer_start (check_answer_alignment); a training file where most
+        are not is refused."""
+        return check_answer_alignment(path, examples, refuse_most=training)
+
+    def split_group(self, question):
+        """split() keeps whole articles on one side, so no paragraph is both
+        trained on and evaluated."""
+        return question.article
 
     def version_of(self, examples):
         """"1.1" or "2.0": how `examples` are predicted and scored."""
@@ -326,5 +347,198 @@ class SquadTask:
         return all(example.answers or example.is_impossible for example in examples)
 
     def write_predictions(self, examples, predictions, path):
-        """{id: answer} and, for SQuAD 2.0, the null odds (task_files); returns the paths written."""
+        """{id: answer} and, for SQuAD 2.0, the null odds (write_squad_predictions); returns the paths written."""
         return write_squad_predictions(examples, predictions, path)
+
+
+# ----------------------------------------------------------------------------
+# The files: SQuAD JSON, the predictions and null odds; the checks of the settings
+# ----------------------------------------------------------------------------
+
+# What task.json keeps of the SQuAD task, so that a loaded model makes its
+# features and predictions as it was trained (SquadTask.settings).
+SQUAD_SETTINGS = ("squad_version", "doc_stride", "max_query_len", "max_answer_len", "n_best", "null_threshold")
+
+
+def squad_settings(values, settings=None):
+    """SquadTask's settings: `values` ({SQUAD_SETTINGS name: value}, its
+    keyword arguments) with those of `settings` (a fine-tuned folder's
+    task.json record) in their place, checked; the version "1.1", "2.0" or
+    None (a "v" prefix dropped), null_threshold a float."""
+    values = {**values, **{key: settings[key] for key in SQUAD_SETTINGS if settings and key in settings}}
+    values["squad_version"] = _checked_version(values["squad_version"])
+    for key in ("doc_stride", "max_query_len", "max_answer_len", "n_best"):
+        if not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 1:
+            raise MiniBertError(f"squad: {key} must be a positive integer, got {values[key]!r}")
+    if not isinstance(values["null_threshold"], (int, float)) or not math.isfinite(values["null_threshold"]):
+        raise MiniBertError(f"squad: null_threshold must be a number, got {values['null_threshold']!r}")
+    values["null_threshold"] = float(values["null_threshold"])
+    return values
+
+
+def _checked_version(version):
+    if version is None:
+        return None
+    version = str(version).removeprefix("v")
+    if version not in ("1.1", "2.0"):
+        raise MiniBertError(f"squad: unknown SQuAD version {version!r} (expected 1.1 or 2.0)")
+    return version
+
+
+@dataclass
+class SquadQuestion:
+    """One SQuAD question with its paragraph. `answers` is a list of
+    (text, start character in context) pairs: several per dev question, none
+    for an unanswerable (v2.0) question."""
+    id: str
+    question: str
+    context: str
+    answers: list
+    is_impossible: bool
+    article: int           # index of the article in the file's "data" list
+    title: str
+
+
+
+def _squad_question(path, qa, context, article, title, where):
+    """One entry of a paragraph's "qas" list, checked."""
+    question = json_field(path, qa, "question", str, where)
+    question_id = json_field(path, qa, "id", str, where)
+    is_impossible = qa.get("is_impossible", False)
+    if not isinstance(is_impossible, bool):
+        raise MiniBertError(f"{path}: {where}: 'is_impossible' must be true or false")
+    answers = []
+    for k, answer in enumerate(json_field(path, qa, "answers", list, where)):
+        text = json_field(path, answer, "text", str, f"{where}.answers[{k}]")
+        start = json_field(path, answer, "answer_start", int, f"{where}.answers[{k}]")
+        answers.append((text, start))
+    if is_impossible and answers:
+        raise MiniBertError(f"{path}: {where}: an unanswerable question (is_impossible) with answers")
+    return SquadQuestion(question_id, question, context, answers, is_impossible, article, title)
+
+
+def _squad_version(path, dataset, flags_impossible):
+    """"1.1" or "2.0": the file's "version" field ("1.1", "v2.0"), or without
+    one, "2.0" exactly when the questions carry is_impossible flags."""
+    if "version" not in dataset:
+        return "2.0" if flags_impossible else "1.1"
+    version = str(dataset["version"]).removeprefix("v")
+    if version not in ("1.1", "2.0"):
+        raise MiniBertError(f"{path}: unknown SQuAD version {dataset['version']!r} (expected 1.1 or v2.0)")
+    return version
+
+
+def read_squad(path):
+    """(questions, version, data) of a SQuAD v1.1 or v2.0 JSON file.
+
+    `version` is "1.1" or "2.0"; `data` is the file's "data" list, which the
+    official metric (`minibert.metrics.squad_v1_metrics` / `squad_v2_metrics`)
+    scores against. v2.0's "plausible_answers" of unanswerable questions are
+    not kept. Answers whose answer_start does not point at their text are kept
+    as they are; `misaligned_answers` lists them (none in the official files).
+    """
+    check_format(path, "squad", ("squad-json", "json"))
+    dataset = read_json_object(path)
+    data = dataset.get("data")
+    if not isinstance(data, list):
+        raise MiniBertError(f"{path}: no 'data' list of articles (is this a SQuAD file?)")
+    questions, flags_impossible = [], False
+    for a, article in enumerate(data):
+        paragraphs = json_field(path, article, "paragraphs", list, f"data[{a}]")
+        title = str(article.get("title", ""))
+        for p, paragraph in enumerate(paragraphs):
+            where = f"data[{a}].paragraphs[{p}]"
+            context = json_field(path, paragraph, "context", str, where)
+            for q, qa in enumerate(json_field(path, paragraph, "qas", list, where)):
+                questions.append(_squad_question(path, qa, context, a, title, f"{where}.qas[{q}]"))
+                flags_impossible = flags_impossible or "is_impossible" in qa
+    version = _squad_version(path, dataset, flags_impossible)
+    if version == "1.1" and any(question.is_impossible for question in questions):
+        raise MiniBertError(f"{path}: a version 1.1 file with unanswerable (is_impossible) questions")
+    return nonempty(path, questions, "no questions in 'data'"), version, data
+
+
+def misaligned_answers(questions):
+    """(question id, answer text) of each answer whose answer_start does not
+    index its text in the context. Measured on ../shared/data: none of the
+    34,726 answers of SQuAD 1.1 dev, none of the 10,052 of the SQuAD 2.0 half."""
+    return [(question.id, text) for question in questions for text, start in question.answers
+            if question.context[start:start + len(text)] != text]
+
+
+def check_answer_alignment(path, questions, refuse_most=False, shown=5):
+    """A warning (a string) naming the first `shown` questions whose answer
+    text is not at its answer_start in the context, or None when every answer
+    is aligned. Such answers would be trained on and scored at the wrong span.
+    refuse_most: a file where most answers are misaligned (a training file)
+    is refused: its offsets are not character offsets into these contexts."""
+    misaligned = misaligned_answers(questions)
+    if not misaligned:
+        return None
+    total = sum(len(question.answers) for question in questions)
+    ids = ", ".join(dict.fromkeys(question_id for question_id, _ in misaligned[:shown]))
+    if refuse_most and 2 * len(misaligned) > total:
+        raise MiniBertError(f"{path}: {len(misaligned):,} of {total:,} answers are not at their answer_start in "
+                            f"the context (questions {ids}, ...): the offsets do not index these contexts")
+    return (f"{path}: {len(misaligned):,} of {total:,} answers are not at their answer_start in the context "
+            f"(questions {ids}{', ...' if len(misaligned) > shown else ''}); they are used as written")
+
+
+def squad_dataset(questions):
+    """The official "data" structure (articles -> paragraphs -> qas) of a list
+    of SquadQuestion, in their order: what evaluate-v1.1.py and
+    evaluate-v2.0.py read. It holds exactly these questions, so a held-out
+    subset of a file is scored on itself alone."""
+    articles = {}
+    for question in questions:
+        article = articles.setdefault(question.article, {"title": question.title, "paragraphs": {}})
+        paragraph = article["paragraphs"].setdefault(question.context, {"context": question.context, "qas": []})
+        paragraph["qas"].append({"id": question.id, "question": question.question,
+                                 "answers": [{"text": text, "answer_start": start} for text, start in question.answers],
+                                 "is_impossible": question.is_impossible})
+    return [{"title": article["title"], "paragraphs": list(article["paragraphs"].values())}
+            for article in articles.values()]
+
+
+# The null odds file is named after the predictions file (null_odds_file).
+NULL_ODDS_SUFFIX = ".null_odds.json"
+
+
+def null_odds_file(path):
+    """Where the null odds of the predictions file `path` go: its name with
+    `.null_odds.json` in place of its suffix (pred.json -> pred.null_odds.json)."""
+    path = Path(path)
+    return path.with_name(path.stem + NULL_ODDS_SUFFIX)
+
+
+@dataclass
+class SquadPredictions:
+    """What SquadTask.predict returns.
+    answers: {question id: answer text}, "" for "no answer".
+    null_odds: {question id: score_diff} for SQuAD 2.0 (None for 1.1): how
+    much more the model believes in "no answer" than in its best span.
+    span_answers: for SQuAD 2.0, {question id: the best span's text}, the
+    answer each question gets at a threshold high enough to answer it. The
+    threshold search scores these (what evaluate-v2.0.py expects its
+    predictions to be): with answers already blanked at null_threshold, no
+    lower threshold could ever find an answer."""
+    answers: dict
+    null_odds: Optional[dict] = None
+    span_answers: Optional[dict] = None
+
+    def __len__(self):
+        return len(self.answers)
+
+
+def write_squad_predictions(questions, predictions, path):
+    """The official predictions file {question id: answer} and, for SQuAD
+    2.0, {question id: score_diff} (evaluate-v2.0.py's na_prob_file)
+    named after it: pred.json -> pred.null_odds.json, so that two prediction
+    runs in one folder keep their own. Returns the paths written."""
+    path = Path(path)
+    write_json(path, {question.id: predictions.answers[question.id] for question in questions})
+    if predictions.null_odds is None:
+        return [path]
+    null_odds_path = null_odds_file(path)
+    write_json(null_odds_path, {question.id: predictions.null_odds[question.id] for question in questions})
+    return [path, null_odds_path]
