@@ -1,14 +1,24 @@
-"""minibert.support.outputs: no run writes over a model folder of any kind,
-nor over what it reads, unless it is the same run resuming in its own folder.
-(The scripts' use of it: below, test_finetune.py and test_distill.py.)"""
+"""minibert.support.outputs: a run is made safe by one call, safe_run. No run
+writes over a model folder of any kind, nor over what it reads, unless it is
+the same run resuming in its own folder; one run per folder; a dead writer's
+leftovers put right; pipes read once. (The scripts' use of it: below,
+test_finetune.py and test_distill.py.)"""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.support.outputs import (check_output_file, check_output_folder, check_training_output,
-                                      enclosing_model_folder, file_identity, model_files)
+from minibert.support.outputs import (check_output_folder, enclosing_model_folder, file_identity, model_files,
+                                      safe_run)
+
+
+def checked(**given):
+    """safe_run(**given), its lock released at once: what it returns, or its refusal."""
+    with safe_run(**given) as run:
+        return run
 
 
 def make_folder(path, *names):
@@ -40,15 +50,15 @@ def test_model_folders_are_recognised_by_their_files_not_by_a_lone_json(tmp_path
 def test_a_training_output_that_holds_a_model_is_refused(tmp_path, files, resume, fragment):
     output = make_folder(tmp_path / "out", *files)
     with pytest.raises(MiniBertError, match=fragment):
-        check_training_output(output, "task.json", {}, resume=resume)
+        checked(folder=output, record="task.json", resume=resume)
 
 
 def test_the_same_run_may_resume_in_its_own_folder(tmp_path):
     first_epoch = make_folder(tmp_path / "a", "task.json", "config.json", "model.safetensors", "vocab.txt")
-    assert check_training_output(first_epoch, "task.json", {}, resume=True) == first_epoch
+    assert checked(folder=first_epoch, record="task.json", resume=True).resume is False   # no checkpoint yet
     checkpoint_only = make_folder(tmp_path / "b", "checkpoint.pt")
-    assert check_training_output(checkpoint_only, "task.json", {}, resume=True) == checkpoint_only
-    assert check_training_output(tmp_path / "new", "task.json", {}) == tmp_path / "new"
+    assert checked(folder=checkpoint_only, record="task.json", resume=True).resume is True
+    assert checked(folder=tmp_path / "new", record="task.json").folder == tmp_path / "new"
 
 
 def test_outputs_apart_from_the_inputs_and_outside_model_folders(tmp_path):
@@ -59,11 +69,11 @@ def test_outputs_apart_from_the_inputs_and_outside_model_folders(tmp_path):
     for output, fragment in [(model, "is the --model"), (model / "sub", "lies inside the --model folder"),
                              (data, "is the --predict")]:
         with pytest.raises(MiniBertError, match=fragment):
-            check_training_output(output, "task.json", inputs) if output != data else \
-                check_output_file(output, inputs)
+            checked(inputs=inputs, folder=output, record="task.json") if output != data else \
+                checked(inputs=inputs, files={"--output": output})
     with pytest.raises(MiniBertError, match="lies inside the model folder"):
-        check_output_file(model / "config.json", {}, flag="--json")
-    assert check_output_file(tmp_path / "preds.jsonl", inputs) == tmp_path / "preds.jsonl"
+        checked(files={"--json": model / "config.json"})
+    checked(inputs=inputs, files={"--output": tmp_path / "preds.jsonl"})
 
 
 def test_a_model_folder_is_written_into_a_new_or_empty_folder_unless_forced(tmp_path):
@@ -88,14 +98,14 @@ def test_never_the_folder_of_the_model_copied_nor_inside_or_around_it_even_force
 
 
 def test_a_resumable_run_keeps_its_checkpoint_for_resume_and_ignores_what_it_says(tmp_path):
-    ignore = lambda name: name == "cache" or name.endswith(".tmp")     # noqa: E731 (as train_mlm.py's would)
+    keep = ("cache",)                                         # as train_mlm.py's token cache
     with_checkpoint = make_folder(tmp_path / "run", "checkpoint.pt", "cache")
-    assert check_output_folder(with_checkpoint, resume=True, ignore=ignore) == with_checkpoint
+    assert check_output_folder(with_checkpoint, resume=True, keep=keep) == with_checkpoint
     with pytest.raises(MiniBertError, match="holds the checkpoint of an earlier run; pass --resume"):
-        check_output_folder(with_checkpoint, resume=False, ignore=ignore)
-    assert check_output_folder(make_folder(tmp_path / "early", "cache", ".x.1.ab.tmp"), resume=False, ignore=ignore)
+        check_output_folder(with_checkpoint, resume=False, keep=keep)
+    assert check_output_folder(make_folder(tmp_path / "early", "cache", ".x.1.ab.tmp"), resume=False, keep=keep)
     with pytest.raises(MiniBertError, match=r"folder is not empty \(a, b, c, ...\) and holds no checkpoint"):
-        check_output_folder(make_folder(tmp_path / "other", "a", "b", "c", "d", "cache"), resume=False, ignore=ignore)
+        check_output_folder(make_folder(tmp_path / "other", "a", "b", "c", "d", "cache"), resume=False, keep=keep)
 
 
 def test_file_identity_changes_with_the_content_at_the_same_path(tmp_path):
@@ -259,9 +269,9 @@ def test_an_output_folder_never_holds_a_file_the_run_reads_even_forced(tmp_path,
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     data = make_folder(tmp_path / "data", "train.tsv")        # finetune.py and distill.py: the same check
     with pytest.raises(MiniBertError, match=r"--output .*data: holds the --train .*data/train.tsv this run reads"):
-        check_training_output(data, "task.json", {"--train": data / "train.tsv", "--model": None})
+        checked(inputs={"--train": data / "train.tsv", "--model": None}, folder=data, record="task.json")
     cache = make_folder(data / "cache")              # a cache the run fills may live in its output
-    assert check_training_output(data, "task.json", {"--cache-dir": cache}) == data
+    assert checked(folder=data, record="task.json", caches={"--cache-dir": cache}).folder == data
 
 
 def test_no_run_writes_into_the_package_or_its_bundled_model_even_forced(tmp_path, capsys):

@@ -9,3 +9,9 @@ user never sees a bare traceback for a mistake in their input.
 
 class MiniBertError(Exception):
     """Bad input: a wrong file, field or argument. The message says which and why."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill PID`) while a run holds its --output: raised where
+    Ctrl-C raises KeyboardInterrupt, so a folder being replaced is put back
+    the same way (support/folders.write_folder); the script exits with 143."""
