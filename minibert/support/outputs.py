@@ -85,9 +85,8 @@ def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resum
             _check_training_contents(folder, record, resume, flag)
         elif folder is not None:
             _check_folder_contents(folder, force, resume, keep, flag)
-        from minibert.support.inputs import read_once
-        run.data = {f: [read_once(p, f) for p in paths] if isinstance(paths, (list, tuple)) else read_once(paths, f)
-                    for f, paths in dict(data).items()}
+        from minibert.support.inputs import read_all_once
+        run.data = read_all_once(dict(data))
         run.resume = folder is not None and bool(resume) and _resume_from_checkpoint(folder)
     except BaseException:
         run.close()                          # refused: the folder is free again at once
