@@ -44,6 +44,7 @@ from pathlib import Path
 from minibert.support.errors import MiniBertError, Terminated
 from minibert.support.fileio import DISK_FULL, LEFTOVER, file_sha256, refuse_special
 from minibert.support.folders import CHECKPOINT, RECORD_FILES, TOKENIZER_FILES, WEIGHTS, recover_folder
+from minibert.support.inputs import as_given, copy_for, read_all_once
 
 
 def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resume=None, source=None,
@@ -85,7 +86,6 @@ def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resum
             _check_training_contents(folder, record, resume, flag)
         elif folder is not None:
             _check_folder_contents(folder, force, resume, keep, flag)
-        from minibert.support.inputs import read_all_once
         run.data = read_all_once(dict(data))
         run.resume = folder is not None and bool(resume) and _resume_from_checkpoint(folder)
     except BaseException:
@@ -331,7 +331,6 @@ def file_identity(path):
     named as the user gave it and hashed through its copy (inputs.read_once).
     A folder (train_mlm.py's prepared token cache) is its files: their
     names, sizes and hashes."""
-    from minibert.support.inputs import as_given, copy_for
     if path is None:
         return None
     real = Path(copy_for(path))
