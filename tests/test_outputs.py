@@ -444,8 +444,8 @@ def test_a_new_script_that_calls_safe_run_gets_every_guarantee(tmp_path):
         assert code == 1 and err.startswith(f"error: {message}") and err.count("\n") == 1, (args, err)
     assert not (tmp_path / "out").exists() and not (model / "sub").exists() and data.read_text() == "the cat sat"
 
-    holder = subprocess.Popen([sys.executable, script, "--model", model, "--data", data, "--output", tmp_path / "out",
-                               "--wait"], stdout=subprocess.PIPE, text=True, env=env)
+    holder = subprocess.Popen([sys.executable, script, "--model", model, "--data", data, "--output",
+                               tmp_path / "out", "--wait"], stdout=subprocess.PIPE, text=True, env=env)
     try:                                                   # a second run on the same folder, while the first works
         assert holder.stdout.readline() == "working\n"
         code, err = new_script("--output", tmp_path / "out")
