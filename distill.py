@@ -258,33 +258,25 @@ def distil(args):
     from minibert.runs.distillation import distill
     from minibert.support.errors import MiniBertError
     from minibert.support.fileio import write_json
-    from minibert.support.folders import lock_output
-    from minibert.support.outputs import (check_cache_folder, check_distinct_outputs, check_output_file,
-                                          check_training_output, resume_from_checkpoint)
+    from minibert.support.outputs import safe_run
     from minibert.support.reports import json_safe
     from minibert.runs.student_folder import STUDENT_FILE
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
-    inputs = {"--teacher": args.teacher, "--train": args.train, "--eval": args.eval, "--pos-file": args.pos_file,
-              "--embeddings": args.embeddings, "--cache-dir": args.cache_dir}
-    lock_output(output)                          # one run per folder (a second one stops here), recovered
-    check_training_output(output, STUDENT_FILE, inputs, resume=args.resume)
-    check_cache_folder("--cache-dir", args.cache_dir, {k: v for k, v in inputs.items() if k != "--cache-dir"}, output)
-    if args.json:
-        check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
-    if args.plot:
-        check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
-    check_distinct_outputs({"--json": args.json, "--plot": args.plot})
-    from minibert.support.inputs import not_a_file, read_once
+    safe = safe_run(inputs={"--teacher": args.teacher, "--embeddings": args.embeddings},
+                    # --pos-file is read twice (the lexicon, the cache key): a pipe, through its copy
+                    data={"--train": args.train, "--eval": args.eval, "--pos-file": args.pos_file},
+                    folder=output, record=STUDENT_FILE, resume=args.resume, caches={"--cache-dir": args.cache_dir},
+                    files={"--json": args.json, "--plot": args.plot})
+    resume = safe.resume
+    from minibert.support.inputs import not_a_file
     given_eval = args.eval                       # what the results name (a pipe: not its copy)
-    args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
-    read_once(args.pos_file, "--pos-file")       # read twice (the lexicon, the cache key): through its copy
+    args.train, args.eval = safe.data["--train"], safe.data["--eval"]     # a pipe: its copy, read once
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
         if path and not_a_file(path, flag):
             raise MiniBertError(not_a_file(path, flag))
     if args.no_teacher:                          # the gold labels are all the student learns from
         check_labelled(args.task, args.train)
-    resume = args.resume and resume_from_checkpoint(output)
     summary = distill(
         args.task, Path(args.train), Path(args.eval) if args.eval else None, output, settings_from(args),
         teacher_folder=args.teacher, use_teacher_logits=not args.no_teacher, device=args.device,
@@ -319,19 +311,16 @@ def predict_or_evaluate(args):
 
     from minibert.distillation import predict_student
     from minibert.support.fileio import write_json
-    from minibert.support.outputs import check_distinct_outputs, check_output_file
+    from minibert.support.outputs import safe_run
     from minibert.support.reports import format_metrics
     from minibert.runs.student_folder import load_student
 
-    from minibert.support.inputs import read_once
-    path = Path(args.predict or args.eval)
-    inputs = {"--student": args.student, "--predict" if args.predict else "--eval": path}
-    output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
-    if args.json:
-        check_output_file(args.json, inputs, flag="--json")
-    check_distinct_outputs({"--output": output, "--json": args.json})
+    path, flag = Path(args.predict or args.eval), "--predict" if args.predict else "--eval"
+    output = args.predict and cli.checked(parser, "--output", cli.output_file, args.output)
+    safe = safe_run(inputs={"--student": args.student}, data={flag: path},
+                    files={"--output": output, "--json": args.json})
     model, tokenizer, task = load_student(args.student)
-    given, path = path, Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: read once
+    given, path = path, Path(safe.data[flag])    # a pipe: read once
     examples = task.read(path)
     path = given                             # from here on the input is only named
     predictions = predict_student(model, task, tokenizer, examples, batch_size=args.eval_batch_size,

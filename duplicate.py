@@ -91,18 +91,12 @@ def main(argv=None):
         parser.error("--bf16 runs the probe under bfloat16 autocast: add --probe")
     if args.tied and args.repeat is not None:
         parser.error("--tied: ALBERT's layers are always shared; --repeat needs no --tied")
-    from minibert.support.outputs import (check_apart_from_inputs, check_not_in_model_folder, check_output_files,
-                                          check_output_folder)
-    inputs = {"--model": args.model, "--text": args.text}
-    check_output_files(args, inputs, owned={"--output": args.output})
+    from minibert.support.outputs import safe_run
+    safe_run(inputs={"--model": args.model, "--text": args.text}, folder=args.output, source=args.model,
+             force=args.force, files={"--json": args.json, "--plot": args.plot})     # before any slow loading
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()                        # before any slow work, not after it
-    from minibert.support.folders import lock_output
-    lock_output(args.output)                        # one run per folder (a second one stops here), recovered
-    check_output_folder(args.output, args.force, source=args.model)       # before any slow loading
-    check_apart_from_inputs("--output", args.output, inputs)             # nor what it reads (--text), even forced
-    check_not_in_model_folder("--output", args.output)     # a model is never written inside another one
     indices = {flag: parse_indices(text, flag)                             # before loading too
                for flag, text in (("--duplicate", args.duplicate), ("--order", args.order)) if text is not None}
     if args.probe:                      # the probe's inputs, read before the deeper model is written

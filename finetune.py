@@ -181,26 +181,17 @@ def fine_tune(args):
 
     from minibert.runs import finetuning as finetuning_run
     from minibert.support.errors import MiniBertError
-    from minibert.support.folders import lock_output
-    from minibert.support.outputs import (check_distinct_outputs, check_output_file, check_training_output,
-                                          resume_from_checkpoint)
+    from minibert.support.outputs import safe_run
     from minibert.support.fileio import write_json
     from minibert.support.reports import format_metrics, json_safe
     from minibert.tasks import make_task
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
-    inputs = {"--model": args.model, "--train": args.train, "--eval": args.eval}
-    lock_output(output)                          # one run per folder (a second one stops here), recovered
-    check_training_output(output, "task.json", inputs, resume=args.resume)
-    if args.json:
-        check_output_file(args.json, {**inputs, "--output": output}, flag="--json")
-    if args.plot:
-        check_output_file(args.plot, {**inputs, "--output": output}, flag="--plot")
-    check_distinct_outputs({"--json": args.json, "--plot": args.plot})
-    resume = args.resume and resume_from_checkpoint(output)
-    from minibert.support.inputs import read_once
+    safe = safe_run(inputs={"--model": args.model}, data={"--train": args.train, "--eval": args.eval}, folder=output,
+                    record="task.json", resume=args.resume, files={"--json": args.json, "--plot": args.plot})
+    resume = safe.resume
     given_train, given_eval = args.train, args.eval      # what records and messages name (a pipe: not its copy)
-    args.train, args.eval = read_once(args.train, "--train"), read_once(args.eval, "--eval")   # a pipe: read once
+    args.train, args.eval = safe.data["--train"], safe.data["--eval"]      # a pipe: its copy, read once
     task = make_task(args.task, settings=task_settings(args))
     examples = task.read(Path(args.train))
     if not task.has_gold(examples):
@@ -252,20 +243,17 @@ def predict_or_evaluate(args):
 
     from minibert.runs import finetuning as finetuning_run
     from minibert.support.fileio import write_json
-    from minibert.support.outputs import check_distinct_outputs, check_output_file
+    from minibert.support.outputs import safe_run
     from minibert.support.reports import format_metrics
     from minibert.tasks import make_task
 
     folders = args.ensemble or [args.model]
-    path = Path(args.predict or args.eval)
-    inputs = {"--model" if args.model else "--ensemble": folders[0], **{f"--ensemble {f}": f for f in folders[1:]},
-              "--predict" if args.predict else "--eval": path}
-    output = args.predict and check_output_file(cli.checked(parser, "--output", cli.output_file, args.output), inputs)
-    if args.json:
-        check_output_file(args.json, inputs, flag="--json")
-    check_distinct_outputs({"--output": output, "--json": args.json})
-    from minibert.support.inputs import read_once
-    given, path = path, Path(read_once(path, "--predict" if args.predict else "--eval"))   # a pipe: copied once
+    path, flag = Path(args.predict or args.eval), "--predict" if args.predict else "--eval"
+    output = args.predict and cli.checked(parser, "--output", cli.output_file, args.output)
+    safe = safe_run(inputs={"--model" if args.model else "--ensemble": folders[0],
+                            **{f"--ensemble {f}": f for f in folders[1:]}},
+                    data={flag: path}, files={"--output": output, "--json": args.json})
+    given, path = path, Path(safe.data[flag])       # a pipe: copied once
     overrides = {} if args.null_threshold is None else {"null_threshold": args.null_threshold}
 
     def held_out(task, examples):          # what fine-tuning with this --split-eval and --seed held out

@@ -62,8 +62,9 @@ fit.add_argument("--fit-batch-size", type=positive_int, default=256, metavar="N"
 @script_main
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert.support.outputs import check_output_files
-    check_output_files(args, {"--model": args.model, "--text": args.text, "--fit-head": args.fit_head})
+    from minibert.support.outputs import safe_run
+    safe_run(inputs={"--model": args.model, "--text": args.text, "--fit-head": args.fit_head},
+             files={"--json": args.json, "--plot": args.plot})
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()              # before the model is loaded and probed, not after

@@ -337,28 +337,20 @@ def main(argv=None):
                                            split_heldout, text_files)
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.
-    from minibert.support.fileio import LEFTOVER
-    from minibert.support.outputs import (check_apart_from_inputs, check_cache_folder, check_not_in_model_folder,
-                                          check_output_files, check_output_folder, resume_from_checkpoint)
-    inputs = {"--corpus": args.corpus, "--heldout-corpus": args.heldout_corpus, "--vocab": args.vocab,
-              "--config": args.config}
-    check_output_files(args, inputs, owned={"--output": args.output, "--cache-dir": args.cache_dir})
-    check_apart_from_inputs("--output", args.output, inputs)   # never what the run reads, nor inside another model
-    check_not_in_model_folder("--output", args.output)
-    check_cache_folder("--cache-dir", args.cache_dir, inputs, args.output)
+    from minibert.support.outputs import safe_run
+    safe = safe_run(inputs={"--vocab": args.vocab, "--config": args.config},
+                    # the corpus is read several times: a pipe, copied once
+                    data={"--corpus": args.corpus, "--heldout-corpus": args.heldout_corpus},
+                    folder=args.output, force=args.force, resume=args.resume, keep=("cache",),   # its token cache
+                    caches={"--cache-dir": args.cache_dir}, files={"--json": args.json, "--plot": args.plot})
     if args.plot:
         from minibert.support.plots import require_matplotlib
         require_matplotlib()
-    from minibert.support.inputs import read_once          # the corpus is read several times: a pipe, copied once
-    files = text_files([read_once(path, "--corpus") for path in args.corpus], "--corpus")
+    files = text_files(safe.data["--corpus"], "--corpus")
     corpus, heldout = split_heldout(files, args.heldout)
-    heldout += text_files([read_once(path, "--heldout-corpus") for path in args.heldout_corpus], "--heldout-corpus")
+    heldout += text_files(safe.data["--heldout-corpus"], "--heldout-corpus")
     if not corpus:
         raise MiniBertError("--heldout holds out every corpus file: nothing left to train on")
-    from minibert.support.folders import lock_output
-    lock_output(args.output)                       # one run per folder (a second one stops here), recovered
-    check_output_folder(args.output, args.force, resume=args.resume,       # a token cache and a killed writer's
-                        ignore=lambda name: name == "cache" or LEFTOVER.fullmatch(name))   # files do not count
     config = read_model_config(args.config) if args.config else None     # BERT's three config files, or DeBERTa's
     if config is not None:
         check_max_seq_len(args.max_seq_len, config)
@@ -367,7 +359,7 @@ def main(argv=None):
     pair = choose_pair_objective(args, config)
     if config is not None:
         check_pair_objective(config, pair)
-    resume = args.resume and resume_from_checkpoint(args.output)
+    resume = safe.resume
 
     tokenizer = choose_tokenizer(args, corpus, resume)
     if config is None:

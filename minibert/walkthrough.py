@@ -490,8 +490,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not args.sentence.strip():
         parser.error("the sentence is empty; give one sentence to follow")
-    from minibert.support.outputs import check_output_files
-    check_output_files(args, {"--model": args.model}, flags=("--json",))
+    from minibert.support.outputs import safe_run
+    safe_run(inputs={"--model": args.model}, files={"--json": args.json})
     from minibert.checkpoints import load_with_tokenizer
 
     model, tokenizer = load_with_tokenizer(args.model)       # one snapshot of the folder

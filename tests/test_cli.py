@@ -210,11 +210,11 @@ def test_a_script_main_called_from_python_returns_instead_of_exiting(script, cap
 
 
 def test_a_script_main_releases_its_output_lock_when_it_returns(tmp_path):
-    from minibert.support.folders import HELD_LOCKS, lock_output
+    from minibert.support.outputs import HELD_LOCKS, safe_run
 
     @cli.script_main
     def main(argv):
-        lock_output(tmp_path / argv[0])
+        safe_run(folder=tmp_path / argv[0])
         assert len(HELD_LOCKS) == 1
         return 3
     assert main(["out"]) == 3 and main(["out"]) == 3      # the second call is not refused by the first's lock

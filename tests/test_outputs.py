@@ -1,14 +1,24 @@
-"""minibert.support.outputs: no run writes over a model folder of any kind,
-nor over what it reads, unless it is the same run resuming in its own folder.
-(The scripts' use of it: below, test_finetune.py and test_distill.py.)"""
+"""minibert.support.outputs: a run is made safe by one call, safe_run. No run
+writes over a model folder of any kind, nor over what it reads, unless it is
+the same run resuming in its own folder; one run per folder; a dead writer's
+leftovers put right; pipes read once. (The scripts' use of it: below,
+test_finetune.py and test_distill.py.)"""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from minibert.support.errors import MiniBertError
-from minibert.support.outputs import (check_output_file, check_output_folder, check_training_output,
-                                      enclosing_model_folder, file_identity, model_files)
+from minibert.support.outputs import (check_output_folder, enclosing_model_folder, file_identity, model_files,
+                                      safe_run)
+
+
+def checked(**given):
+    """safe_run(**given), its lock released at once: what it returns, or its refusal."""
+    with safe_run(**given) as run:
+        return run
 
 
 def make_folder(path, *names):
@@ -40,15 +50,15 @@ def test_model_folders_are_recognised_by_their_files_not_by_a_lone_json(tmp_path
 def test_a_training_output_that_holds_a_model_is_refused(tmp_path, files, resume, fragment):
     output = make_folder(tmp_path / "out", *files)
     with pytest.raises(MiniBertError, match=fragment):
-        check_training_output(output, "task.json", {}, resume=resume)
+        checked(folder=output, record="task.json", resume=resume)
 
 
 def test_the_same_run_may_resume_in_its_own_folder(tmp_path):
     first_epoch = make_folder(tmp_path / "a", "task.json", "config.json", "model.safetensors", "vocab.txt")
-    assert check_training_output(first_epoch, "task.json", {}, resume=True) == first_epoch
+    assert checked(folder=first_epoch, record="task.json", resume=True).resume is False   # no checkpoint yet
     checkpoint_only = make_folder(tmp_path / "b", "checkpoint.pt")
-    assert check_training_output(checkpoint_only, "task.json", {}, resume=True) == checkpoint_only
-    assert check_training_output(tmp_path / "new", "task.json", {}) == tmp_path / "new"
+    assert checked(folder=checkpoint_only, record="task.json", resume=True).resume is True
+    assert checked(folder=tmp_path / "new", record="task.json").folder == tmp_path / "new"
 
 
 def test_outputs_apart_from_the_inputs_and_outside_model_folders(tmp_path):
@@ -59,11 +69,11 @@ def test_outputs_apart_from_the_inputs_and_outside_model_folders(tmp_path):
     for output, fragment in [(model, "is the --model"), (model / "sub", "lies inside the --model folder"),
                              (data, "is the --predict")]:
         with pytest.raises(MiniBertError, match=fragment):
-            check_training_output(output, "task.json", inputs) if output != data else \
-                check_output_file(output, inputs)
+            checked(inputs=inputs, folder=output, record="task.json") if output != data else \
+                checked(inputs=inputs, files={"--output": output})
     with pytest.raises(MiniBertError, match="lies inside the model folder"):
-        check_output_file(model / "config.json", {}, flag="--json")
-    assert check_output_file(tmp_path / "preds.jsonl", inputs) == tmp_path / "preds.jsonl"
+        checked(files={"--json": model / "config.json"})
+    checked(inputs=inputs, files={"--output": tmp_path / "preds.jsonl"})
 
 
 def test_a_model_folder_is_written_into_a_new_or_empty_folder_unless_forced(tmp_path):
@@ -88,14 +98,14 @@ def test_never_the_folder_of_the_model_copied_nor_inside_or_around_it_even_force
 
 
 def test_a_resumable_run_keeps_its_checkpoint_for_resume_and_ignores_what_it_says(tmp_path):
-    ignore = lambda name: name == "cache" or name.endswith(".tmp")     # noqa: E731 (as train_mlm.py's would)
+    keep = ("cache",)                                         # as train_mlm.py's token cache
     with_checkpoint = make_folder(tmp_path / "run", "checkpoint.pt", "cache")
-    assert check_output_folder(with_checkpoint, resume=True, ignore=ignore) == with_checkpoint
+    assert check_output_folder(with_checkpoint, resume=True, keep=keep) == with_checkpoint
     with pytest.raises(MiniBertError, match="holds the checkpoint of an earlier run; pass --resume"):
-        check_output_folder(with_checkpoint, resume=False, ignore=ignore)
-    assert check_output_folder(make_folder(tmp_path / "early", "cache", ".x.1.ab.tmp"), resume=False, ignore=ignore)
+        check_output_folder(with_checkpoint, resume=False, keep=keep)
+    assert check_output_folder(make_folder(tmp_path / "early", "cache", ".x.1.ab.tmp"), resume=False, keep=keep)
     with pytest.raises(MiniBertError, match=r"folder is not empty \(a, b, c, ...\) and holds no checkpoint"):
-        check_output_folder(make_folder(tmp_path / "other", "a", "b", "c", "d", "cache"), resume=False, ignore=ignore)
+        check_output_folder(make_folder(tmp_path / "other", "a", "b", "c", "d", "cache"), resume=False, keep=keep)
 
 
 def test_file_identity_changes_with_the_content_at_the_same_path(tmp_path):
@@ -259,9 +269,9 @@ def test_an_output_folder_never_holds_a_file_the_run_reads_even_forced(tmp_path,
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     data = make_folder(tmp_path / "data", "train.tsv")        # finetune.py and distill.py: the same check
     with pytest.raises(MiniBertError, match=r"--output .*data: holds the --train .*data/train.tsv this run reads"):
-        check_training_output(data, "task.json", {"--train": data / "train.tsv", "--model": None})
+        checked(inputs={"--train": data / "train.tsv", "--model": None}, folder=data, record="task.json")
     cache = make_folder(data / "cache")              # a cache the run fills may live in its output
-    assert check_training_output(data, "task.json", {"--cache-dir": cache}) == data
+    assert checked(folder=data, record="task.json", caches={"--cache-dir": cache}).folder == data
 
 
 def test_no_run_writes_into_the_package_or_its_bundled_model_even_forced(tmp_path, capsys):
@@ -283,3 +293,180 @@ def test_no_run_writes_into_the_package_or_its_bundled_model_even_forced(tmp_pat
         assert f"{where} the minibert package" in captured.err and "--force does not allow" in captured.err
     assert {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in bundled.iterdir()} == before
     assert not (package / "probe.json").exists()
+
+
+# ---- one run per output folder ---------------------------------------------
+
+HOLDER = ("import sys, time\nfrom minibert.support.outputs import safe_run\n"
+          "safe_run(folder=sys.argv[1])\nprint('locked', flush=True)\ntime.sleep(60)")
+
+
+def hold(folder):
+    """Another process that holds `folder` (safe_run's lock) until it is killed."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_a_second_run_on_a_locked_folder_stops_with_one_line_and_the_lock_goes_at_the_end(tmp_path):
+    from minibert.support.outputs import HELD_LOCKS, release_locks
+    holder = hold(tmp_path / "out")
+    try:
+        with pytest.raises(MiniBertError, match=rf"--output .*out: another run \(PID {holder.pid}\) is writing this "
+                                                r"folder; wait for it to end, or choose another folder"):
+            safe_run(folder=tmp_path / "out")
+    finally:
+        holder.kill()
+        holder.wait()
+    safe_run(folder=tmp_path / "out")            # the system released the dead run's lock
+    assert len(HELD_LOCKS) == 1 and (tmp_path / ".out.lock").read_text() == f"{os.getpid()}\n"
+    release_locks()
+    assert HELD_LOCKS == [] and not (tmp_path / ".out.lock").exists()
+
+
+@pytest.mark.parametrize("script", ["train_mlm.py", "duplicate.py", "finetune.py", "distill.py"])
+def test_two_runs_on_one_output_the_second_stops_before_any_work(tmp_path, capsys, script):
+    from helpers import run_script_in_process
+    from tiny_models import save_tiny_model
+    save_tiny_model(tmp_path / "model")
+    (tmp_path / "corpus.txt").write_text("the cat sat on the mat .\n" * 50)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nthe cat sat\t1\nthe mat\t0\n")
+    args = {"train_mlm.py": ["--corpus", tmp_path / "corpus.txt", "--steps", "1"],
+            "duplicate.py": ["--model", tmp_path / "model", "--duplicate", "0"],
+            "finetune.py": ["--task", "sst2", "--model", tmp_path / "model", "--train", tmp_path / "train.tsv"],
+            "distill.py": ["--no-teacher", "--task", "sst2", "--train", tmp_path / "train.tsv"]}[script]
+    holder = hold(tmp_path / "out")
+    try:
+        code, captured = run_script_in_process(capsys, script, *args, "--output", tmp_path / "out")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 1 and f"another run (PID {holder.pid}) is writing this folder" in captured.err, captured.err
+    assert not (tmp_path / "out").exists()                     # the second run wrote nothing
+
+
+def test_a_folder_named_through_a_link_has_the_same_lock(tmp_path):
+    from minibert.support.outputs import HELD_LOCKS, release_locks
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    safe_run(folder=tmp_path / "link")
+    try:
+        with pytest.raises(MiniBertError, match=f"another run \\(PID {os.getpid()}\\) is writing this folder"):
+            safe_run(folder=tmp_path / "sub" / ".." / "real")
+    finally:
+        release_locks()
+    assert HELD_LOCKS == [] and sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_a_lock_that_cannot_be_written_on_a_full_disk_is_one_line_and_leaves_no_lock_file(tmp_path, monkeypatch):
+    import errno
+    from minibert.support import outputs
+
+    def full_disk(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(outputs.os, "write", full_disk)
+    with pytest.raises(MiniBertError) as caught:
+        outputs.safe_run(folder=tmp_path / "out")
+    monkeypatch.undo()
+    assert str(caught.value) == (f"--output {tmp_path / 'out'}: cannot write its lock file {tmp_path / '.out.lock'} "
+                                 f"(No space left on device); free some space there, or choose another folder")
+    assert outputs.HELD_LOCKS == [] and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_refused_run_frees_its_folder_at_once(tmp_path):
+    from minibert.support.outputs import HELD_LOCKS
+    make_folder(tmp_path / "out", "task.json", "config.json", "model.safetensors")
+    with pytest.raises(MiniBertError, match="already holds a fine-tuned model"):
+        safe_run(folder=tmp_path / "out", record="task.json")
+    assert HELD_LOCKS == [] and not (tmp_path / ".out.lock").exists()
+
+
+# ---- a new script gets every guarantee from the one call ---------------------
+
+NEW_SCRIPT = '''
+"""A script that writes: it reads --model and --data, writes --output and --json."""
+import argparse, sys, time
+from pathlib import Path
+from minibert.support.cli import run, script_main
+from minibert.support.outputs import safe_run
+
+@script_main
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    for flag in ("--model", "--data", "--output", "--json", "--plot"):
+        p.add_argument(flag)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--wait", action="store_true")
+    args = p.parse_args(argv)
+    safe = safe_run(inputs={"--model": args.model}, data={"--data": args.data}, folder=args.output,
+                    record="task.json", resume=args.resume, files={"--json": args.json, "--plot": args.plot})
+    if args.wait:
+        print("working", flush=True)
+        time.sleep(60)
+    data = safe.data["--data"]
+    first, second = Path(data).read_text(), Path(data).read_text()       # read twice, as a run does
+    (Path(args.output) / "task.json").parent.mkdir(parents=True, exist_ok=True)
+    (Path(args.output) / "task.json").write_text(f"read {first!r} then {second!r}, resume {safe.resume}")
+
+run(main)
+'''
+
+
+def test_a_new_script_that_calls_safe_run_gets_every_guarantee(tmp_path):
+    from pathlib import Path
+
+    import minibert
+    from helpers import REPO
+    from tiny_models import save_tiny_model
+    script = tmp_path / "new_script.py"
+    script.write_text(NEW_SCRIPT)
+    model, data = tmp_path / "model", tmp_path / "data.txt"
+    save_tiny_model(model)
+    data.write_text("the cat sat")
+    bundled = Path(minibert.__file__).resolve().parent / "pretrained" / "minibert-gutenberg"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}          # this checkout's minibert
+
+    def new_script(*args, stdin=None):
+        given = ["--model", model, "--data", data, *args]
+        done = subprocess.run([sys.executable, script, *map(str, given)], input=stdin, capture_output=True,
+                              text=True, timeout=60, env=env)
+        return done.returncode, done.stderr
+    for args, message in [
+            (["--output", tmp_path / "out", "--json", data], f"--json {data}: is the --data {data} this run reads"),
+            (["--output", model], f"--output {model}: is the --model {model} this run reads"),
+            (["--output", model / "sub"], f"--output {model / 'sub'}: lies inside the --model folder {model}"),
+            (["--output", bundled / "sub"], f"--output {bundled / 'sub'}: lies inside the minibert package"),
+            (["--output", tmp_path / "out", "--json", tmp_path / "r.png", "--plot", tmp_path / "r.png"],
+             f"--plot {tmp_path / 'r.png'}: is also the --json this run writes"),
+            (["--output", tmp_path / "out", "--json", tmp_path / "out" / "r.json"],
+             f"--json {tmp_path / 'out' / 'r.json'}: lies inside the --output folder")]:
+        code, err = new_script(*args)
+        assert code == 1 and err.startswith(f"error: {message}") and err.count("\n") == 1, (args, err)
+    assert not (tmp_path / "out").exists() and not (model / "sub").exists() and data.read_text() == "the cat sat"
+
+    holder = subprocess.Popen([sys.executable, script, "--model", model, "--data", data, "--output",
+                               tmp_path / "out", "--wait"], stdout=subprocess.PIPE, text=True, env=env)
+    try:                                                   # a second run on the same folder, while the first works
+        assert holder.stdout.readline() == "working\n"
+        code, err = new_script("--output", tmp_path / "out")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 1 and f"another run (PID {holder.pid}) is writing this folder" in err, err
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(dead.stdout)                                 # a writer that was killed left these
+    (tmp_path / f".out.{dead}.0a0b.tmp").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / f".task.json.{dead}.00ff.tmp").write_text("half")
+    code, err = new_script("--output", tmp_path / "out", "--data", "/dev/stdin", stdin="piped text")
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.txt", "model", "new_script.py", "out"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["task.json"]
+    assert (tmp_path / "out" / "task.json").read_text() == "read 'piped text' then 'piped text', resume False"
+
+    (tmp_path / "out" / "checkpoint.pt").write_text("")         # a run stopped early: --resume continues it
+    code, err = new_script("--output", tmp_path / "out")
+    assert code == 1 and "holds the checkpoint.pt of an earlier run; choose another folder (or --resume" in err, err
+    code, err = new_script("--output", tmp_path / "out", "--resume")
+    assert code == 0 and (tmp_path / "out" / "task.json").read_text().endswith("resume True"), err

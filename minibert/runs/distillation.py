@@ -28,7 +28,8 @@ from minibert.support.devices import check_bf16_lstm
 from minibert.support.distillation.transfer_cache import cached_transfer_set
 from minibert.support.fingerprints import fingerprint
 from minibert.support.inputs import as_given
-from minibert.support.outputs import CHECKPOINT, file_identity
+from minibert.support.folders import CHECKPOINT
+from minibert.support.outputs import file_identity
 from minibert.tasks import CLASSIFICATION, make_task
 
 # A finetune.py classifier as load_teacher returns it: the model, its task object, its tokenizer, task.json,

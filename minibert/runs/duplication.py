@@ -46,8 +46,8 @@ def write_model(deeper, output, source_dir=None, record=None, force=False):
     the new one replaces all its model files (a fine-tuned folder's
     metrics.json, a training run's checkpoint.pt); a user's other files stay."""
     from minibert.checkpoints import save_pretrained
-    from minibert.support.folders import write_folder
-    from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, check_output_folder
+    from minibert.support.folders import CHECKPOINT, MODEL_FOLDER_FILES, write_folder
+    from minibert.support.outputs import check_output_folder
     check_output_folder(output, force, source=source_dir)
     if source_dir is not None:
         deeper.source_dir = source_dir               # save_pretrained copies the tokenizer from here

@@ -22,8 +22,8 @@ from minibert.heads import add_pooler_if_missing
 from minibert.runs.training import TrainingConfig, setup_context, train
 from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
-from minibert.support.folders import check_task_record, read_as_one, read_record, write_folder, write_record
-from minibert.support.outputs import CHECKPOINT
+from minibert.support.folders import (CHECKPOINT, check_task_record, read_as_one, read_record, write_folder,
+                                      write_record)
 from minibert.tasks import TASKS
 from minibert.tokenization import load_tokenizer
 

@@ -31,9 +31,9 @@ from minibert.pretraining import MaskedLMObjective, evaluate_mlm
 from minibert.pretraining_data import SENTENCE_END, PretrainingBatches, pack_blocks, split_sentences
 from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary
-from minibert.support.folders import recover_folder, write_folder
+from minibert.support.folders import CHECKPOINT, MODEL_FOLDER_FILES, write_folder
 from minibert.support.inputs import as_given, not_a_file
-from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, file_identity, resume_from_checkpoint
+from minibert.support.outputs import file_identity
 from minibert.support.token_cache import TokenCache, build_token_cache, check_token_cache, is_token_cache
 from minibert.tokenization import Tokenizer, wordpiece_tokenizer
 from minibert.runs.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
@@ -181,8 +181,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     a DeBERTa with MLM through the Enhanced Mask Decoder (pair_objective
     must be "none").
 
-    resume=True continues from output/checkpoint.pt, or starts from step 0
-    (saying so) where there is none yet. checkpoint.pt (three times the
+    resume=True continues from output/checkpoint.pt (train_mlm.py's safe_run
+    has said whether there is one: support/outputs.py). checkpoint.pt (three times the
     model's size: the weights and Adam's two moments) is removed once the
     run has reached `steps` and the model is saved, unless keep_checkpoint;
     a run stopped early (max_minutes) keeps it to be resumed. The token
@@ -215,8 +215,6 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     check_max_seq_len(max_seq_len, model_config)
     check_pair_objective(model_config, pair_objective)
     make_folder(output)
-    if context.is_main:
-        recover_folder(output)              # what a kill during save_model_folder (write_folder) left
     own_cache = not cache_dir                               # output/cache: removed with checkpoint.pt
     cache_dir = Path(cache_dir) if cache_dir else output / "cache"
     global_batch = batch_size  # rows per micro-batch, all processes together
@@ -261,7 +259,6 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
                             optimizer=optimizer, schedule=schedule, budget_minutes=budget_minutes,
                             warmup_fraction=warmup_fraction)
     checkpoint_path = output / CHECKPOINT
-    resume = resume and resume_from_checkpoint(output)
     start = load_checkpoint(checkpoint_path)["step"] if resume else 0
     batches = train_batches
     if num_workers > 0:

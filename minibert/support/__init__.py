@@ -7,11 +7,11 @@ Shared by every lesson and script:
 
     errors.py                  MiniBertError, the one exception raised for bad input
     fileio.py                  atomic writes (temporary name, then rename), JSON files
-    folders.py                 a model folder written as one unit; a JSON record in it; one run per folder
+    folders.py                 a model folder written as one unit (and what it holds); a JSON record in it
     cli.py                     the scripts' flag checks and one-line `error: ...` exits
     inputs.py                  input files that are pipes, read once; the message for a path that is no file
     reports.py                 metrics as a small table on screen, results ready for JSON
-    outputs.py                 the scripts' --output: a run never writes over a model or the data it reads
+    outputs.py                 safe_run, the one call that makes a run safe (lock, checks, pipes, resume)
     plots.py                   the scripts' --plot figures (matplotlib, optional)
     fingerprints.py            a tokenizer's fingerprint, so a replaced vocab.txt is refused
     devices.py                 `--device` -> torch.device; moving batches to it

@@ -48,7 +48,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from minibert.support.errors import MiniBertError, ParameterError
+from minibert.support.errors import MiniBertError, ParameterError, Terminated
 
 
 class UsageError(MiniBertError):
@@ -131,13 +131,13 @@ class ParserExit(SystemExit):
 def script_main(main):
     """Make a script's main(argv) callable from Python (a notebook, a test):
     it returns its exit status (0 after --help) instead of exiting, and
-    releases the --output locks it took (support/folders.lock_output), so the
+    releases the --output locks it took (support/outputs.safe_run), so the
     next call in the same process may write the same folder, and turns the
     progress bars that --quiet silenced on again. Errors stay exceptions:
     `run` is the one place that turns them into exit statuses."""
     @functools.wraps(main)
     def called(argv=None):
-        from minibert.support.folders import release_locks
+        from minibert.support.outputs import release_locks
         try:
             return main(argv) or 0
         except ParserExit as e:
@@ -181,7 +181,7 @@ def one_line(error):
 
 
 def run(main, argv=None):
-    from minibert.support.folders import release_locks
+    from minibert.support.outputs import release_locks
     try:
         status = main(argv)
     except UsageError as e:
@@ -191,15 +191,16 @@ def run(main, argv=None):
     except MiniBertError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)  # one line, whatever the message held
         sys.exit(1)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as e:        # Ctrl-C, or SIGTERM while a run holds its --output (Terminated)
+        terminated = isinstance(e, Terminated)
+        print(f"error: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        sys.exit(143 if terminated else 130)
     except BrokenPipeError:           # `... | head -1`: the reader has all it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())      # so the exit's own flush of stdout fails no more
         sys.exit(141)                  # 128 + SIGPIPE, as a shell tool stopped by the pipe
     finally:
-        release_locks()               # the --output folders this run held (support/folders.lock_output)
+        release_locks()               # the --output folders this run held (support/outputs.safe_run)
     sys.exit(status or 0)
 
 
@@ -332,8 +333,7 @@ def output_file(text):
 def output_folder(text):
     """A folder to write into (e.g. --output): not a file; it exists and is
     writable, or can be made. Returns a Path. (Whether it may already hold
-    files is the script's decision: see support/outputs.py's
-    check_output_folder and check_training_output.)"""
+    files is the run's decision: see support/outputs.py's safe_run.)"""
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file; expected a folder")

@@ -22,3 +22,9 @@ class ParameterError(MiniBertError):
     @property
     def parameter(self):
         return re.match(r"\w*", str(self)).group()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill PID`) while a run holds its --output: raised where
+    Ctrl-C raises KeyboardInterrupt, so a folder being replaced is put back
+    the same way (support/folders.write_folder); the script exits with 143."""

@@ -12,7 +12,6 @@ missing file or a missing field ends in one MiniBertError line naming the
 file.
 """
 
-import contextlib
 import os
 import shutil
 import time
@@ -21,7 +20,20 @@ from pathlib import Path
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import (DISK_FULL, LEFTOVER, fsync_folder, glob_escape, process_is_alive, read_json_object,
                                      temporary_name, write_json)
-from minibert.support.outputs import MODEL_FOLDER_FILES
+
+# A model folder holds weights, or a record of minibert's or a config next
+# to a tokenizer's files (a Google TF folder: bert_config.json, vocab.txt).
+# A record or config.json alone is any program's JSON file.
+WEIGHTS = ("model.safetensors", "pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "student.safetensors")
+RECORD_FILES = ("config.json", "bert_config.json", "task.json", "student.json")
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "spm.model", "tokenizer_config.json")
+CHECKPOINT = "checkpoint.pt"
+# Every file a model folder of any kind may hold: what a new model written
+# over an old one (--force) replaces rather than keeps beside itself.
+MODEL_FOLDER_FILES = (WEIGHTS + RECORD_FILES + TOKENIZER_FILES
+                      + ("duplication.json", "metrics.json", "special_tokens_map.json", "added_tokens.json",
+                         "vocab.json", "merges.txt", "spiece.model", "generation_config.json"))
+
 
 def write_folder(folder, write_into, leave_behind=()):
     """Write a model folder as one unit: write_into(staging) fills a hidden
@@ -217,73 +229,3 @@ def check_task_record(path, record, task_names):
         raise MiniBertError(f"{path}: field 'labels' must be a list of label names (strings), got {str(labels)[:60]}")
     if type(length) is not int or length < 8:
         raise MiniBertError(f"{path}: field 'max_seq_len' must be an integer >= 8, got {str(length)[:40]}")
-
-
-# ----------------------------------------------------------------------------
-# One run per output folder
-# ----------------------------------------------------------------------------
-
-HELD_LOCKS = []     # (path, fd) of the locks this process holds; cli.run releases them when main returns
-
-
-def lock_output(folder, flag="--output"):
-    """Hold an exclusive lock on `folder` for the rest of the run, so that a
-    second run started on the same folder stops at once with one line,
-    instead of both writing it; then, holding it, put right what a killed run
-    left there (recover_folder), before any check reads the folder. The lock
-    is a sibling file `.FOLDER.lock` (the folder itself is replaced by
-    write_folder, so it cannot carry it) holding the PID, locked with flock:
-    the operating system releases it if the run dies, however it dies. Where
-    flock does not exist (Windows) runs are not locked. Only torchrun's first
-    process locks and recovers (RANK 0)."""
-    if os.environ.get("RANK", "0") != "0":
-        return
-    take_lock(folder, flag)
-    recover_folder(folder)
-
-
-def take_lock(folder, flag):
-    """lock_output's lock: the file, the flock, the PID written."""
-    try:
-        import fcntl
-    except ImportError:
-        return
-    folder = Path(folder).resolve()      # one lock for one folder, however it is named (a link to it, ..)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    path = folder.parent / f".{folder.name}.lock"
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as e:
-            raise MiniBertError(f"{flag} {folder}: cannot make its lock file {path} ({e.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            raise MiniBertError(f"{flag} {folder}: another run (PID {holder}) is writing this folder; wait for it "
-                                f"to end, or choose another folder") from None
-        # The lock file may have been removed by its last holder between our open and our lock.
-        if path.exists() and os.stat(path).st_ino == os.fstat(fd).st_ino:
-            break
-        os.close(fd)
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-    except OSError as e:                 # a full disk: the lock file was made, its PID cannot be written
-        with contextlib.suppress(OSError):
-            os.unlink(path)              # no empty lock file left behind (we hold the lock: no one else uses it)
-        os.close(fd)
-        hint = "free some space there, or choose another folder" if e.errno in DISK_FULL else "choose another folder"
-        raise MiniBertError(f"{flag} {folder}: cannot write its lock file {path} ({e.strerror}); {hint}") from None
-    HELD_LOCKS.append((path, fd))
-
-
-def release_locks():
-    """Remove, then unlock, every lock this process holds (removing first, so
-    that no other run can lock a file that is about to disappear)."""
-    while HELD_LOCKS:
-        path, fd = HELD_LOCKS.pop()
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        os.close(fd)

@@ -73,7 +73,7 @@ def read_once(path, flag):
     pipe = (status.st_dev, status.st_ino)
     if pipe in _copy_of:            # the same pipe named twice: copied already (opening it again would wait)
         return _copy_of[pipe]
-    copy = Path(_copies[0]) / f"{flag.lstrip('-')}-{len(_copy_of)}-{Path(path).name}"
+    copy = Path(_copies[0]) / f"{flag.lstrip('-')}-{len(_given)}-{Path(path).name}"
     try:
         with open(path, "rb") as source, open(copy, "xb") as target:
             shutil.copyfileobj(source, target, 1 << 20)
@@ -83,6 +83,17 @@ def read_once(path, flag):
     _copy_of[pipe] = copy
     _copy_named[str(path)] = copy
     return copy
+
+
+def read_all_once(data):
+    """read_once for every input of one run ({flag: a path, a list of paths
+    or None}), returned in the same form. A pipe named twice in the run is
+    copied once; a new run in the same process (main() called again) reads
+    its pipes anew, since a pipe of the last run may have left its inode to
+    a new one."""
+    _copy_of.clear()
+    return {flag: [read_once(p, flag) for p in paths] if isinstance(paths, (list, tuple)) else read_once(paths, flag)
+            for flag, paths in data.items()}
 
 
 def remove_dead_copies():

@@ -1,42 +1,123 @@
-"""Support for the scripts' --output: a run never writes over a model or the
-data it reads.
+"""A run made safe by one call: every script that writes calls safe_run once,
+with what it reads and what it writes, before any slow work.
 
-duplicate.py writes a model folder that must be new or empty unless --force
-(check_output_folder, which also knows a resumable run's checkpoint: the
-guard for train_mlm.py's folder too). finetune.py and distill.py write
-a model folder (training) or a predictions file. Before any slow work they
-check that this place
+    safe = safe_run(inputs={"--model": args.model}, data={"--train": args.train},
+                    folder=args.output, record="task.json", files={"--json": args.json},
+                    resume=args.resume)
+    examples = task.read(safe.data["--train"])        # a pipe: its copy, read as often as needed
+    fine_tune(..., args.output, resume=safe.resume)
 
-  - is not a file or folder the run reads (--model, --teacher, --train, --eval,
-    --predict, ...), nor lies inside one of them, nor holds one (a folder
-    written over, --force included, would replace or remove it);
-  - lies nowhere in the minibert package, whose bundled model every script
-    falls back on;
-  - is not a model folder of any kind (pretrained, fine-tuned, student), nor
-    lies inside one: writing there would replace the model's files;
-  - unless it is this same run's own folder and --resume continues it.
+What the run then holds, in this order:
 
-A model folder is recognised by its files (MODEL_FILES), not by its name.
+  - every place it writes (the model `folder`, its `caches`, its `files`:
+    predictions, --json, --plot) is apart from everything it reads (`inputs`
+    and `data`): not one of them, not inside one, not holding one (a folder
+    written as one unit would drop or replace what it held); nowhere in the
+    minibert package, whose bundled model every script falls back on; inside
+    no model folder of any kind (pretrained, fine-tuned, student), where it
+    would replace the model's files; never inside the folder of the model it
+    copies (`source`), even with --force;
+  - no two of its outputs are one file (the last written would be all that is left);
+  - one run per folder: a second run on the same `folder` stops at once, naming
+    the PID of the first (a lock the operating system drops when the run dies,
+    however it dies); and, holding it, what a killed writer left there is put
+    right (support/folders.recover_folder) before the folder is looked at;
+  - the folder holds nothing the run would write over: a training run's
+    (`record`, e.g. "task.json") may hold its own record and checkpoint only
+    with --resume, and never another model; any other model folder must be
+    new or empty unless --force;
+  - every `data` file that is a pipe (`<(zcat ...)`, /dev/stdin) is read once,
+    into a copy the run reads as often as it needs (support/inputs.read_once);
+  - --resume continues from the folder's checkpoint, or says that it starts
+    from step 0 (`safe.resume`);
+  - the folder is written as one unit (support/folders.write_folder, which every
+    run's save goes through), and SIGTERM puts the old folder back as Ctrl-C does.
+
+A model folder is recognised by its files (model_files), not by its name.
 """
 
 import os
+import signal
+import threading
 from pathlib import Path
 
-from minibert.support.errors import MiniBertError
-from minibert.support.fileio import file_sha256, refuse_special
+from minibert.support.errors import MiniBertError, Terminated
+from minibert.support.fileio import DISK_FULL, LEFTOVER, file_sha256, refuse_special
+from minibert.support.folders import CHECKPOINT, RECORD_FILES, TOKENIZER_FILES, WEIGHTS, recover_folder
+from minibert.support.inputs import as_given, copy_for, read_all_once
 
-# A model folder holds weights, or a record of minibert's or a config next
-# to a tokenizer's files (a Google TF folder: bert_config.json, vocab.txt).
-# A record or config.json alone is any program's JSON file.
-WEIGHTS = ("model.safetensors", "pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "student.safetensors")
-RECORD_FILES = ("config.json", "bert_config.json", "task.json", "student.json")
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "spm.model", "tokenizer_config.json")
-CHECKPOINT = "checkpoint.pt"
-# Every file a model folder of any kind may hold: what a new model written
-# over an old one (--force) replaces rather than keeps beside itself.
-MODEL_FOLDER_FILES = (WEIGHTS + RECORD_FILES + TOKENIZER_FILES
-                      + ("duplication.json", "metrics.json", "special_tokens_map.json", "added_tokens.json",
-                         "vocab.json", "merges.txt", "spiece.model", "generation_config.json"))
+
+def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resume=None, source=None,
+             keep=(), caches=(), files=(), flag="--output"):
+    """Make a run safe, once, before any slow work (the module's docstring
+    says what it then holds). Returns a SafeRun: `.data` (each data flag's
+    path to read: a pipe's copy), `.resume` and `.folder`.
+
+    inputs: {flag: path, a list of paths or None} the run reads (a path that
+    does not exist, a hub name, is skipped). data: inputs read as files,
+    which must exist; a pipe among them is copied once. folder: the model
+    folder the run writes (its flag `flag`), or None. record: a training
+    run's record file ("task.json", "student.json"); without one the folder
+    must be new or empty unless `force`. resume: None for a run that cannot
+    resume; True or False (--resume) for one that can. source: the model a
+    copy is made of (duplicate.py). keep: names in the folder that do not
+    count as contents (a token cache). caches: {flag: folder} the run fills
+    (they may lie inside its folder). files: {flag: path or None} the other
+    files it writes."""
+    inputs = {**dict(inputs), **dict(data)}
+    caches = {f: path for f, path in dict(caches).items() if path is not None}
+    files = {f: path for f, path in dict(files).items() if path}
+    owned = {flag: folder} if folder is not None else {}
+    if folder is not None:
+        _check_folder_place(folder, {**inputs, **caches}, flag, source, filled=tuple(caches))
+    for cache_flag, cache in caches.items():
+        _check_cache_folder(cache_flag, cache, inputs, folder)
+    for file_flag, path in files.items():
+        _check_output_file(path, inputs, file_flag, {**owned, **caches})
+    _check_distinct_outputs(files)
+    lock = None
+    if folder is not None and os.environ.get("RANK", "0") == "0":    # torchrun: its first process alone
+        lock = _lock(folder, flag)
+    run = SafeRun(folder and Path(folder), {}, False, lock)
+    try:
+        if lock is not None:
+            recover_folder(folder)
+        if folder is not None and record is not None:
+            _check_training_contents(folder, record, resume, flag)
+        elif folder is not None:
+            _check_folder_contents(folder, force, resume, keep, flag)
+        run.data = read_all_once(dict(data))
+        run.resume = folder is not None and bool(resume) and _resume_from_checkpoint(folder)
+    except BaseException:
+        run.close()                          # refused: the folder is free again at once
+        raise
+    return run
+
+
+class SafeRun:
+    """What safe_run gives the run: `folder` (a Path, or None), `data` ({flag:
+    the path to read}, a pipe's copy in place of the pipe) and `resume` (True:
+    continue from the folder's checkpoint). Its lock on the folder is
+    released when the script's main returns (cli.script_main), or at the end
+    of a `with safe_run(...)` block."""
+
+    def __init__(self, folder, data, resume, lock):
+        self.folder, self.data, self.resume, self.lock = folder, data, resume, lock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):
+        self.close()
+
+    def close(self):
+        """Release the lock on the folder (the run has ended)."""
+        if self.lock in HELD_LOCKS:
+            HELD_LOCKS.remove(self.lock)
+            _release(self.lock)
+
+
+# What a model folder is: its files (support/folders.py names them)
 RECORDS = {"task.json": "a fine-tuned model", "student.json": "a distilled student"}
 
 
@@ -66,13 +147,15 @@ def enclosing_model_folder(path):
     return None
 
 
+# ----------------------------------------------------------------------------
+# The guards safe_run applies, each one line naming the flag and the path
+# ----------------------------------------------------------------------------
+
 # The minibert package's folder (this file is minibert/support/outputs.py).
 PACKAGE = Path(__file__).resolve().parent.parent
-# Inputs a run also writes (a cache it fills): they may lie inside its output folder.
-WRITTEN_INPUTS = ("--cache-dir",)
 
 
-def check_outside_package(flag, output):
+def _check_outside_package(flag, output):
     """`output` is not the minibert package's folder, nor inside it (its
     bundled model, minibert/pretrained, is what every script falls back on),
     nor a folder holding it: --force does not allow any of these."""
@@ -85,19 +168,21 @@ def check_outside_package(flag, output):
                             f"model no run replaces; choose a place outside it (--force does not allow this)")
 
 
-def check_apart_from_inputs(flag, output, inputs, owned=None):
+def _check_apart_from_inputs(flag, output, inputs, owned=None, filled=()):
     """`output` is none of the paths the run reads, lies inside none of
     them and holds none of them (a folder written as one unit would drop or
     replace what it held), and lies nowhere in the package. inputs: {flag:
     path, a list of paths, or None}; paths that do not exist (a hub name,
     the bundled model) are skipped. owned: {flag: folder} the run itself
-    writes (its --output), checked even before they exist."""
-    check_outside_package(flag, output)
+    writes (its --output), checked even before they exist. filled: the
+    flags of inputs the run also writes (a cache it fills), which may lie
+    inside `output`."""
+    _check_outside_package(flag, output)
     target = Path(output).resolve()
     for input_flag, path in (owned or {}).items():
         if path is not None and (target == Path(path).resolve() or Path(path).resolve() in target.parents):
-            raise MiniBertError(f"{flag} {output}: lies inside the {input_flag} folder {path} this run writes "
-                                f"its model into; choose a place apart from it")
+            raise MiniBertError(f"{flag} {output}: lies inside the {input_flag} folder {path} this run writes; "
+                                f"choose a place apart from it")
     listed = [(f, p) for f, paths in inputs.items() for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
     for input_flag, path in listed:
         if path is None or not Path(path).exists():
@@ -109,12 +194,12 @@ def check_apart_from_inputs(flag, output, inputs, owned=None):
         if source.is_dir() and source in target.parents:
             raise MiniBertError(f"{flag} {output}: lies inside the {input_flag} folder {path} this run reads; "
                                 f"choose a place apart from it")
-        if target in source.parents and input_flag not in WRITTEN_INPUTS:
+        if target in source.parents and input_flag not in filled:
             raise MiniBertError(f"{flag} {output}: holds the {input_flag} {path} this run reads; choose a folder "
                                 f"apart from it (--force does not allow this)")
 
 
-def check_not_in_model_folder(flag, output):
+def _check_not_in_model_folder(flag, output):
     """`output` lies inside no model folder."""
     holder = enclosing_model_folder(output)
     if holder is not None:
@@ -122,38 +207,16 @@ def check_not_in_model_folder(flag, output):
                             f"{describe(holder, model_files(holder))}; choose a place outside it")
 
 
-def check_cache_folder(flag, folder, inputs, output=None):
-    """A folder a run keeps a cache in (train_mlm.py's token cache, distill.py's
-    teacher logits): not a path the run reads nor inside one, and no model
-    folder nor inside one (the cache would add its files to that model's),
-    unless it lies inside the run's own `output`."""
-    if folder is None:
-        return
-    check_apart_from_inputs(flag, folder, inputs)
-    if output is not None and Path(folder).resolve().is_relative_to(Path(output).resolve()):
-        return
-    files = model_files(folder)
-    if files:
-        raise MiniBertError(f"{flag} {folder}: holds {describe(folder, files)}; keep the cache in a folder "
-                            f"of its own")
-    check_not_in_model_folder(flag, folder)
-
-
-def check_output_folder(output, force=False, *, flag="--output", source=None, resume=None, ignore=None):
-    """The folder a run writes a model into (duplicate.py; train_mlm.py's too): it
-    must be missing or empty, or force (--force) allows any folder. Never the
-    folder of the model the run copies (`source`: a folder or a file in one),
-    one inside it or one holding it, even with force: writing there would
-    overwrite that model or nest one model folder in the other.
-
-    resume: None for a run that cannot resume; True or False for one that can,
-    whose folder may then hold its checkpoint only with resume. ignore(name):
-    True for the names that do not count as contents (a token cache, the
-    temporary files of an unfinished write). Returns the output as a Path."""
+def _check_folder_place(output, inputs, flag="--output", source=None, filled=()):
+    """Where the model folder a run writes may be: not a file; outside the
+    package; never the folder of the model a copy is made of (`source`: a
+    folder or a file in one), one inside it or one holding it, even with
+    --force (that would overwrite the model or nest one model folder in the
+    other); apart from the inputs; inside no model folder."""
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise MiniBertError(f"{flag} {output}: exists and is not a folder")
-    check_outside_package(flag, output)
+    _check_outside_package(flag, output)
     if source is not None and Path(source).exists():
         source_dir = Path(source).resolve()
         source_dir = source_dir if source_dir.is_dir() else source_dir.parent
@@ -163,31 +226,63 @@ def check_output_folder(output, force=False, *, flag="--output", source=None, re
         if where is not None:
             raise MiniBertError(f"{flag} {output}: {where} the folder of the model being copied ({source_dir}); "
                                 f"choose a folder apart from it (--force does not allow this)")
+    _check_apart_from_inputs(flag, output, inputs, filled=filled)
+    _check_not_in_model_folder(flag, output)
+
+
+def _check_cache_folder(flag, folder, inputs, output=None):
+    """A folder a run keeps a cache in (train_mlm.py's token cache, distill.py's
+    teacher logits): not a path the run reads nor inside one, and no model
+    folder nor inside one (the cache would add its files to that model's),
+    unless it lies inside the run's own `output`."""
+    _check_apart_from_inputs(flag, folder, inputs)
+    if output is not None and Path(folder).resolve().is_relative_to(Path(output).resolve()):
+        return
+    files = model_files(folder)
+    if files:
+        raise MiniBertError(f"{flag} {folder}: holds {describe(folder, files)}; keep the cache in a folder "
+                            f"of its own")
+    _check_not_in_model_folder(flag, folder)
+
+
+def _check_folder_contents(output, force=False, resume=None, keep=(), flag="--output"):
+    """What a model folder written whole (duplicate.py, train_mlm.py) may
+    already hold: nothing, or anything with force (--force). A run that can
+    resume (resume not None) may find its checkpoint there only with resume.
+    The names in `keep` (a token cache) and the temporary files of an
+    unfinished write do not count as contents."""
+    output = Path(output)
     if force or not output.is_dir():
-        return output
+        return
     if resume is not None and (output / CHECKPOINT).is_file():
         if resume:
-            return output
+            return
         raise MiniBertError(f"{flag} {output}: holds the checkpoint of an earlier run; pass --resume to continue "
                             f"it, or --force to start over in this folder")
-    others = sorted(p.name for p in output.iterdir() if ignore is None or not ignore(p.name))
+    others = sorted(p.name for p in output.iterdir() if p.name not in keep and not LEFTOVER.fullmatch(p.name))
     if others and resume is None:
         raise MiniBertError(f"{flag} {output}: folder exists and is not empty; pass --force to write into it")
     if others:
         raise MiniBertError(f"{flag} {output}: folder is not empty ({', '.join(others[:3])}"
                             f"{', ...' if len(others) > 3 else ''}) and holds no checkpoint to --resume; "
                             f"choose a new folder, or pass --force to write into it")
-    return output
 
 
-def check_training_output(output, record_file, inputs, resume=False, flag="--output"):
-    """The folder a training run writes its model into (finetune.py: record_file
-    "task.json"; distill.py: "student.json"). It may be missing or hold no
-    model; it may hold this kind of run's own files (its record, its
-    checkpoint) only with --resume. Returns the output as a Path."""
+def check_output_folder(output, force=False, *, flag="--output", source=None, resume=None, keep=()):
+    """The folder a model is written into, checked where it is written
+    (runs/duplication.write_model, which bench/ calls without a script) as
+    safe_run checks it: its place, then its contents. Returns it as a Path."""
+    _check_folder_place(output, {}, flag, source)
+    _check_folder_contents(output, force, resume, keep, flag)
+    return Path(output)
+
+
+def _check_training_contents(output, record_file, resume=False, flag="--output"):
+    """What the folder a training run writes its model into (finetune.py:
+    record_file "task.json"; distill.py: "student.json") may already hold:
+    no model, or this kind of run's own files (its record, its checkpoint)
+    only with --resume."""
     output = Path(output)
-    check_apart_from_inputs(flag, output, inputs)
-    check_not_in_model_folder(flag, output)
     files = model_files(output)
     others = [name for name in RECORDS if name != record_file and name in files]
     own = record_file in files or (output / CHECKPOINT).is_file()
@@ -198,38 +293,26 @@ def check_training_output(output, record_file, inputs, resume=False, flag="--out
         what = (f"already holds {RECORDS[record_file]}" if record_file in files
                 else f"holds the {CHECKPOINT} of an earlier run")
         raise MiniBertError(f"{flag} {output}: {what}; choose another folder (or --resume to continue its run)")
-    return output
 
 
-def check_output_file(output, inputs, flag="--output", owned=None):
+def _check_output_file(output, inputs, flag="--output", owned=None):
     """A file a run writes (predictions, --json, --plot): a regular file or
     a new name (never a link, FIFO or device, which the rename would
     replace), not a file it reads, nor inside one of its input folders, the
-    folders it writes (owned) or any model folder. Returns it as a Path."""
+    folders it writes (owned) or any model folder."""
     output = Path(output)
     try:
         refuse_special(output)
     except MiniBertError as e:
         raise MiniBertError(f"{flag} {e}") from None
-    check_apart_from_inputs(flag, output, inputs, owned)
-    check_not_in_model_folder(flag, output)
+    _check_apart_from_inputs(flag, output, inputs, owned)
+    _check_not_in_model_folder(flag, output)
     if flag == "--plot":
         from minibert.support.plots import check_plot_format
         check_plot_format(output)
-    return output
 
 
-def check_output_files(args, inputs, owned=None, flags=("--json", "--plot")):
-    """check_output_file for each of these flags the command line gave, and
-    no two of them one file."""
-    given = {flag: getattr(args, flag.lstrip("-").replace("-", "_"), None) for flag in flags}
-    for flag, value in given.items():
-        if value:
-            check_output_file(value, inputs, flag, owned)
-    check_distinct_outputs(given)
-
-
-def check_distinct_outputs(outputs):
+def _check_distinct_outputs(outputs):
     """The files one run writes ({flag: path, or None where not given}) are
     distinct: two flags naming one file would leave only the last one written."""
     seen = {}
@@ -248,7 +331,6 @@ def file_identity(path):
     named as the user gave it and hashed through its copy (inputs.read_once).
     A folder (train_mlm.py's prepared token cache) is its files: their
     names, sizes and hashes."""
-    from minibert.support.inputs import as_given, copy_for
     if path is None:
         return None
     real = Path(copy_for(path))
@@ -261,7 +343,7 @@ def file_identity(path):
     return f"{as_given(str(path))} ({real.stat().st_size} bytes, sha256 {file_sha256(real)[:16]})"
 
 
-def resume_from_checkpoint(output):
+def _resume_from_checkpoint(output):
     """--resume with a checkpoint to continue. A run killed before its first
     checkpoint has none (its folder may already hold the first best epoch),
     nor has a finished run, which removes it (unless --keep-checkpoint): it
@@ -273,3 +355,79 @@ def resume_from_checkpoint(output):
     print(f"--resume: {output} holds no {CHECKPOINT} (the run stopped before its first one, or finished and "
           f"removed it); starting from step 0")
     return False
+
+
+# ----------------------------------------------------------------------------
+# One run per output folder
+# ----------------------------------------------------------------------------
+
+HELD_LOCKS = []     # (path, fd) of the locks this process holds; cli.run releases them when main returns
+
+
+def _lock(folder, flag):
+    """Hold an exclusive lock on `folder` for the rest of the run, so that a
+    second run started on the same folder stops at once with one line,
+    instead of both writing it. The lock is a sibling file `.FOLDER.lock`
+    (the folder itself is replaced by write_folder, so it cannot carry it)
+    holding the PID, locked with flock: the operating system releases it if
+    the run dies, however it dies. Where flock does not exist (Windows) runs
+    are not locked. While it is held, SIGTERM stops the run as Ctrl-C does
+    (a Terminated, a KeyboardInterrupt), so that write_folder puts the old
+    folder back. Returns the lock, (path, fd), or None."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    folder = Path(folder).resolve()      # one lock for one folder, however it is named (a link to it, ..)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    path = folder.parent / f".{folder.name}.lock"
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise MiniBertError(f"{flag} {folder}: cannot make its lock file {path} ({e.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise MiniBertError(f"{flag} {folder}: another run (PID {holder}) is writing this folder; wait for it "
+                                f"to end, or choose another folder") from None
+        # The lock file may have been removed by its last holder between our open and our lock.
+        if path.exists() and os.stat(path).st_ino == os.fstat(fd).st_ino:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as e:                 # a full disk: the lock file was made, its PID cannot be written
+        _release((path, fd))             # no empty lock file left behind (we hold the lock: no one else uses it)
+        hint = "free some space there, or choose another folder" if e.errno in DISK_FULL else "choose another folder"
+        raise MiniBertError(f"{flag} {folder}: cannot write its lock file {path} ({e.strerror}); {hint}") from None
+    HELD_LOCKS.append((path, fd))
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
+    return path, fd
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
+def _release(lock):
+    """Remove, then unlock, one lock (removing first, so that no other run
+    can lock a file that is about to disappear)."""
+    path, fd = lock
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    os.close(fd)
+    if not HELD_LOCKS and signal.getsignal(signal.SIGTERM) is _terminate:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def release_locks():
+    """Release every lock this process holds (cli.run and cli.script_main, as main returns)."""
+    while HELD_LOCKS:
+        _release(HELD_LOCKS.pop())
