@@ -69,6 +69,9 @@ from minibert.support.outputs import file_identity, safe_run
 from minibert.support.reports import format_metrics, json_safe
 from minibert.tasks import CLASSIFICATION, make_task
 
+# Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
+# that use them, so --help and a mistyped flag answer at once.
+
 # The part-of-speech lexicon when --pos-file is not given: CoNLL-2003's training file in the data folder next to
 # the repository. Only a checkout has one, beside it (this file is minibert/commands/distill.py there); the
 # lessons and support know no folder of the repository.

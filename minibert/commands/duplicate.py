@@ -52,6 +52,9 @@ from minibert.support.fileio import write_json
 from minibert.support.layer_orders import MAX_DEPTH, check_pretrained_source, parse_indices
 from minibert.support.outputs import safe_run
 
+# Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
+# that use them, so --help and a mistyped flag answer at once.
+
 parser = ArgumentParser(prog="duplicate.py", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
                     help="model folder, file inside one, hub id (owner/name[@revision]) or known name "

@@ -69,6 +69,9 @@ from minibert.support.outputs import file_identity, safe_run
 from minibert.support.reports import format_metrics, json_safe
 from minibert.tasks import TASKS, make_task
 
+# Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
+# that use them, so --help and a mistyped flag answer at once.
+
 parser = ArgumentParser(prog="finetune.py", description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
 what.add_argument("--task", choices=TASKS, help="fine-tune on this task (needs --train and --output)")

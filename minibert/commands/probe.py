@@ -36,6 +36,9 @@ from minibert.support.fileio import write_json
 from minibert.support.outputs import safe_run
 from minibert.support.plots import model_label, plot_probe, require_matplotlib
 
+# Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
+# that use them, so --help and a mistyped flag answer at once.
+
 parser = ArgumentParser(prog="probe.py", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
                     help="model folder, file inside one, hub id (owner/name[@revision]) or known name "

@@ -76,6 +76,9 @@ from minibert.support.folders import CHECKPOINT, MODEL_FOLDER_FILES, write_folde
 from minibert.support.inputs import as_given, not_a_file
 from minibert.support.outputs import file_identity, safe_run
 
+# Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
+# that use them, so --help and a mistyped flag answer at once.
+
 # A model built from the flags has BERT's 512 positions (--config can say otherwise).
 FLAG_MAX_POSITIONS = 512
 # DeBERTa v3-base's relative-position buckets (its config.json: position_buckets 256).
