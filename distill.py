@@ -6,10 +6,14 @@ r"""Distil a fine-tuned BERT classifier into a BiLSTM (Tang et al. 2019, arXiv:1
   evaluate   python distill.py --student STUDENT --eval FILE [--json OUT]
 
 DIR is a finetune.py folder of a sentence classifier: sst2, snli, mnli, mrpc
-or qqp (--task may then be left out: it is the teacher's). The student is
-Tang et al.'s: word embeddings -> one-layer BiLSTM -> concatenated final
-states -> ReLU layer (200) -> logits, siamese ([h1, h2, h1*h2, |h1-h2|]) for
-sentence pairs.
+or qqp (--task may then be left out: it is the teacher's), or a sequence
+classifier trained with transformers (no task.json: --task says its task,
+--label-map LABEL_0=0,LABEL_1=1 renames its labels where they are not the
+task's; docs/guide.md 6.2, "A folder trained with transformers").
+
+The student is Tang et al.'s: word embeddings -> one-layer BiLSTM ->
+concatenated final states -> ReLU layer (200) -> logits, siamese ([h1, h2,
+h1*h2, |h1-h2|]) for sentence pairs.
 
 The transfer set is the training set plus `--n-iter` augmented copies of each
 example (each word masked with p 0.1 or replaced by a word of the same
@@ -66,7 +70,9 @@ what.add_argument("--teacher", metavar="DIR", help="a finetune.py classifier fol
 what.add_argument("--no-teacher", action="store_true",
                   help="train the plain BiLSTM on the gold labels (no teacher logits, no augmentation): the "
                        "baseline. With --teacher and --embeddings teacher, the teacher gives only its embeddings")
-what.add_argument("--task", choices=TASKS, help="the task (default with --teacher: the teacher's; it must match)")
+what.add_argument("--task", choices=TASKS, help="the task (default with --teacher: the teacher's; it must match; "
+                                                "a teacher trained with transformers needs it)")
+cli.add_label_map(what, "a --teacher trained with transformers")
 what.add_argument("--student", metavar="DIR", help="a distill.py student folder, to --predict or --eval with")
 what.add_argument("--train", metavar="FILE", help="training file (any input format of the task)")
 what.add_argument("--eval", metavar="FILE", help="labelled file to evaluate on (each epoch when training)")
@@ -192,6 +198,9 @@ def main(argv=None):
     if not args.teacher and not args.no_teacher:
         parser.error("give --teacher DIR (distil a finetune.py classifier) or --no-teacher (the plain "
                      "BiLSTM on gold labels)")
+    if args.label_map and not args.teacher:
+        parser.error("--label-map renames the labels of a --teacher trained with transformers: give it with "
+                     "--teacher")
     if args.no_teacher and not args.task:
         parser.error("--no-teacher needs --task TASK")
     if args.no_teacher and args.teacher and args.embeddings != "teacher":
@@ -279,8 +288,8 @@ def distil(args):
         check_labelled(args.task, args.train)
     summary = distill(
         args.task, Path(args.train), Path(args.eval) if args.eval else None, output, settings_from(args),
-        teacher_folder=args.teacher, use_teacher_logits=not args.no_teacher, device=args.device,
-        resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
+        teacher_folder=args.teacher, teacher_label_map=args.label_map, use_teacher_logits=not args.no_teacher,
+        device=args.device, resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
     kind = "distilled BiLSTM" if not args.no_teacher else "BiLSTM on gold labels"
     print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {given_eval or '(no --eval)'}"))
     print(f"saved to {output} ({summary['train_seconds']:.0f} s of training, {summary['end_step']} steps)")

@@ -19,6 +19,14 @@ name, the bundled model (minibert-gutenberg), a duplicate.py folder.
 DIR (fine-tuned) is a Hugging Face model folder (transformers' Auto classes and
 pipelines load it) plus task.json and metrics.json; docs/formats.md.
 
+A folder trained with transformers (AutoModelForSequenceClassification,
+...ForTokenClassification or ...ForQuestionAnswering, saved with
+save_pretrained as model.safetensors) has no task.json: --task says its task
+and config.json's id2label its labels; --label-map LABEL_0=0,LABEL_1=1
+renames labels that are not the task's (docs/guide.md 6.2, "A folder
+trained with transformers"); --ensemble takes such folders with --task too:
+  python finetune.py --model HF_DIR --task sst2 --label-map LABEL_0=0,LABEL_1=1 --eval dev.tsv
+
 --output is never a model folder (pretrained, fine-tuned or a student), a
 file the run reads, or a place inside one of them. --resume continues the
 run in its own folder, and refuses one whose settings (--lr, --task, the
@@ -57,7 +65,9 @@ from minibert.tasks import TASKS
 
 parser = ArgumentParser(prog="finetune.py", description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
-what.add_argument("--task", choices=TASKS, help="fine-tune on this task (needs --train and --output)")
+what.add_argument("--task", choices=TASKS, help="fine-tune on this task (needs --train and --output); with "
+                                                "--model/--ensemble and --eval/--predict: the task of folders "
+                                                "trained with transformers (they have no task.json)")
 what.add_argument("--model", help="fine-tune: the pretrained model, a folder, hub id or known name (default: the "
                                   "bundled model); predict/evaluate: a fine-tuned folder")
 what.add_argument("--ensemble", nargs="+", metavar="DIR",
@@ -71,6 +81,7 @@ what.add_argument("--split-eval", type=cli.probability(include_one=False), metav
                        "(the same FRACTION and --seed)")
 what.add_argument("--predict", metavar="FILE", help="file to predict (any input format of the task)")
 what.add_argument("--output", help="fine-tune: the output folder; predict: the predictions file")
+cli.add_label_map(what, "--model/--ensemble folders trained with transformers")
 cli.add_reports(what, "the metrics (or the run's summary)", "the training loss and the main metric per epoch "
                 "(fine-tuning)", json_metavar="OUT")
 train = parser.add_argument_group("training (BERT's defaults, Devlin et al. A.3)")
@@ -112,13 +123,20 @@ def main(argv=None):
     for name, flag in SIFT_FLAGS.items():         # flags that do not go together: usage errors (exit 2)
         if getattr(args, name) is not None and not args.sift:
             parser.error(f"{flag} needs --sift")
-    if args.sift and not args.task:
+    # --task with folders to evaluate or predict with, and no --train: folders trained with transformers
+    # (no task.json), read as that task; --task otherwise fine-tunes
+    fine_tuning = args.task and (args.train or not (args.model or args.ensemble) or not (args.eval or args.predict))
+    if args.label_map and not (args.task and not fine_tuning):
+        parser.error("--label-map renames the labels of folders trained with transformers: give it with --task, "
+                     "--model/--ensemble and --eval or --predict")
+    if args.sift and not fine_tuning:
         parser.error("--sift is a way of fine-tuning: use it with --task (a fine-tuned folder predicts "
                      "and evaluates the same way with or without it)")
 
-    if args.ensemble and (args.task or args.train or args.model):
-        parser.error("--ensemble takes fine-tuned folders: do not combine it with --task, --train or --model")
-    if args.task:
+    if args.ensemble and (args.train or args.model or fine_tuning):
+        parser.error("--ensemble takes fine-tuned folders to --eval or --predict with: do not combine it with "
+                     "--train or --model")
+    if fine_tuning:
         if not args.train or not args.output:
             parser.error("fine-tuning (--task) needs --train FILE and --output DIR")
         if args.predict:
@@ -261,7 +279,8 @@ def predict_or_evaluate(args):
     task, examples, predictions = finetuning_run.predict(folders, path, make_task, device=args.device,
                                                      batch_size=args.eval_batch_size, bf16=args.bf16, progress=not args.quiet,
                                                      overrides=overrides,
-                                                     select=None if args.split_eval is None else held_out)
+                                                     select=None if args.split_eval is None else held_out,
+                                                     task_name=args.task, label_map=args.label_map)
     path = given                           # from here on the input is only named
     check_examples(task, path, examples)
     if args.split_eval is not None:

@@ -37,10 +37,11 @@ from minibert.tasks import CLASSIFICATION, make_task
 Teacher = namedtuple("Teacher", "model task tokenizer record folder")
 
 
-def load_teacher(folder, task_name=None):
-    """A fine-tuned sentence classifier folder (of `task_name`, if given)."""
+def load_teacher(folder, task_name=None, label_map=None):
+    """A fine-tuned sentence classifier folder (of `task_name`, if given; a
+    folder trained with transformers needs it, and `label_map` renames its labels)."""
     check_teacher_folder(folder, task_name, CLASSIFICATION)
-    model, task, tokenizer, record = load_task_model(folder, make_task)
+    model, task, tokenizer, record = load_task_model(folder, make_task, task_name=task_name, label_map=label_map)
     return Teacher(model.eval(), task, tokenizer, record, Path(folder))
 
 
@@ -56,11 +57,11 @@ def transfer_set_with_logits(teacher, examples, train_file, settings, device="cp
         return transfer, teacher_logits(teacher, transfer, settings.teacher_batch_size, device, progress,
                                         bf16=settings.bf16)
     return cached_transfer_set(augment_and_ask_the_teacher, teacher.folder, train_file, settings, teacher.task,
-                               examples, progress)
+                               examples, progress, label_map=teacher.record.get("label_map"))
 
 
 def distill(task_name, train_file, eval_file, output, settings, teacher_folder=None, use_teacher_logits=True,
-            device="auto", resume=False, progress=True, keep_checkpoint=False):
+            device="auto", resume=False, progress=True, keep_checkpoint=False, teacher_label_map=None):
     """Train a BiLSTM student and write the best epoch's to `output`.
 
     With a teacher (and use_teacher_logits): Tang et al.'s distillation on
@@ -68,10 +69,11 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     the teacher serves only --embeddings teacher): the plain BiLSTM on the
     gold labels. Returns a summary dict. output/checkpoint.pt is removed
     once the run has reached its last step, unless keep_checkpoint; a run
-    stopped by settings.max_minutes keeps it to resume."""
+    stopped by settings.max_minutes keeps it to resume. `teacher_label_map`:
+    load_teacher's label_map, for a teacher trained with transformers."""
     context, output = setup_context(device), Path(output)
     check_files(settings)
-    teacher = load_teacher(teacher_folder, task_name) if teacher_folder is not None else None
+    teacher = load_teacher(teacher_folder, task_name, teacher_label_map) if teacher_folder is not None else None
     task = teacher.task if teacher is not None else make_task(task_name)
     distilling = teacher is not None and use_teacher_logits
     settings = settings.resolved(task, distilling)
@@ -99,6 +101,8 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     eval_features = student_features(task, eval_examples, tokenizer) if eval_examples is not None else None
     record = run_record(settings, teacher_folder, distilling, train_file, eval_file, embeddings_report,
                         len(examples), len(transfer))
+    if teacher is not None and teacher.record.get("label_map"):     # a teacher trained with transformers, renamed
+        record["teacher_label_map"] = teacher.record["label_map"]
 
     def evaluate_epoch(trained):             # the classification task's own metrics
         predictions = predict_student(trained, task, tokenizer, eval_examples, eval_features,
@@ -181,6 +185,8 @@ def resume_config(task, settings, total_steps, model, tokenizer, record=None):
         weights = Path(teacher) / "model.safetensors" if teacher is not None else None
         flags["--teacher"] = file_identity(weights) if weights is not None and weights.is_file() else teacher
         flags["--no-teacher"] = not record["distilled"]
+        if record.get("teacher_label_map"):      # the order of the teacher's logits
+            flags["--label-map"] = record["teacher_label_map"]
         flags["--train"] = file_identity(record["train_file"])
         flags["--eval"] = file_identity(record["evaluated_on"])     # picks the epoch the folder keeps
     return {"task": task.name, "total_steps": total_steps, "batch_size": settings.batch_size, "seed": settings.seed,

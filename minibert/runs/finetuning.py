@@ -16,11 +16,12 @@ import torch
 from tqdm.auto import tqdm
 
 from minibert.checkpoints import load_pretrained, load_with_tokenizer, save_pretrained
+from minibert.checkpoints.task_folders import read_task_folder
 from minibert.checkpoints.task_heads import load_task_head
 from minibert.finetuning import LengthGroupedBatches, Objective, TaskModel, run_model
 from minibert.heads import add_pooler_if_missing
 from minibert.runs.training import TrainingConfig, setup_context, train
-from minibert.support.errors import MiniBertError
+from minibert.support.errors import MiniBertError, ParameterError
 from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
 from minibert.support.folders import (CHECKPOINT, check_task_record, read_as_one, read_record, write_folder,
                                       write_record)
@@ -181,23 +182,33 @@ def read_task_record(folder):
     """task.json, its fields checked (support/folders.py)."""
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
-                                      f"finetune.py --task ... --output {folder}")
+                                      f"finetune.py --task ... --output {folder}; a folder trained with "
+                                      f"transformers needs --task")
     check_task_record(Path(folder) / TASK_FILE, record, tuple(TASKS))
     return record
 
 
-def load_task_model(folder, make_task, overrides=None):
+def load_task_model(folder, make_task, overrides=None, task_name=None, label_map=None):
     """(model, task, tokenizer, record) from a fine-tuned folder. `overrides`
     replace saved task settings that only affect decoding (e.g. SQuAD's
     null_threshold, tuned after training). The head is read from
     model.safetensors, under the names transformers' For<Task> model uses.
-    All is read as one snapshot of the folder (support/folders.read_as_one)."""
-    return read_as_one(folder, lambda: read_task_model(folder, make_task, overrides))
+    All is read as one snapshot of the folder (support/folders.read_as_one).
+    `task_name` (if given) is the task the folder must be; a folder trained
+    with transformers has no task.json and needs it, and `label_map` renames
+    its labels (checkpoints/task_folders.py)."""
+    return read_as_one(folder, lambda: read_task_model(folder, make_task, overrides, task_name, label_map))
 
 
-def read_task_model(folder, make_task, overrides=None):
+def read_task_model(folder, make_task, overrides=None, task_name=None, label_map=None):
     """load_task_model's reads, in order."""
+    if task_name is not None and not (Path(folder) / TASK_FILE).is_file():     # a folder trained with transformers
+        base_model, head, task, tokenizer, record = read_task_folder(folder, make_task, task_name, label_map,
+                                                                     overrides)
+        return TaskModel(base_model, head, task.uses_pooler).eval(), task, tokenizer, record
     record = read_task_record(folder)
+    if task_name is not None and record["task"] != task_name:
+        raise ParameterError(f"task_name {task_name}: {folder} was fine-tuned for {record['task']} (its task.json)")
     task = make_task(record["task"], labels=record.get("labels"), settings={**record, **(overrides or {})})
     base_model = load_pretrained(folder)
     head = task.make_head(base_model.config)
@@ -214,13 +225,14 @@ def read_task_model(folder, make_task, overrides=None):
 
 
 def predict(folders, path, make_task, device="cpu", batch_size=128, bf16=False, progress=True, overrides=None,
-            select=None):
+            select=None, task_name=None, label_map=None):
     """Load each fine-tuned folder, run it on the file `path` and average the
     members' per-feature probabilities (an ensemble of one is one model).
     select(task, examples), if given, picks the examples to run (finetune.py:
-    the part of the file that --split-eval held out).
+    the part of the file that --split-eval held out). `task_name` and
+    `label_map`: load_task_model's, for folders trained with transformers.
     Returns (task, examples, predictions)."""
-    members = [load_task_model(folder, make_task, overrides) for folder in folders]
+    members = [load_task_model(folder, make_task, overrides, task_name, label_map) for folder in folders]
     _, task, tokenizer, record = members[0]
     for folder, (_, other, other_tokenizer, other_record) in zip(folders[1:], members[1:]):
         if (other.name, other.labels, other_record["max_seq_len"]) != (task.name, task.labels, record["max_seq_len"]):
