@@ -6,10 +6,14 @@ r"""Distil a fine-tuned BERT classifier into a BiLSTM (Tang et al. 2019, arXiv:1
   evaluate   python distill.py --student STUDENT --eval FILE [--json OUT]
 
 DIR is a finetune.py folder of a sentence classifier: sst2, snli, mnli, mrpc
-or qqp (--task may then be left out: it is the teacher's). The student is
-Tang et al.'s: word embeddings -> one-layer BiLSTM -> concatenated final
-states -> ReLU layer (200) -> logits, siamese ([h1, h2, h1*h2, |h1-h2|]) for
-sentence pairs.
+or qqp (--task may then be left out: it is the teacher's), or a sequence
+classifier trained with transformers (no task.json: --task says its task,
+--label-map LABEL_0=0,LABEL_1=1 renames its labels where they are not the
+task's; docs/guide.md 6.2, "A folder trained with transformers").
+
+The student is Tang et al.'s: word embeddings -> one-layer BiLSTM ->
+concatenated final states -> ReLU layer (200) -> logits, siamese ([h1, h2,
+h1*h2, |h1-h2|]) for sentence pairs.
 
 The transfer set is the training set plus `--n-iter` augmented copies of each
 example (each word masked with p 0.1 or replaced by a word of the same
@@ -85,7 +89,9 @@ what.add_argument("--teacher", metavar="DIR", help="a finetune.py classifier fol
 what.add_argument("--no-teacher", action="store_true",
                   help="train the plain BiLSTM on the gold labels (no teacher logits, no augmentation): the "
                        "baseline. With --teacher and --embeddings teacher, the teacher gives only its embeddings")
-what.add_argument("--task", choices=TASKS, help="the task (default with --teacher: the teacher's; it must match)")
+what.add_argument("--task", choices=TASKS, help="the task (default with --teacher: the teacher's; it must match; "
+                                                "a teacher trained with transformers needs it)")
+cli.add_label_map(what, "a --teacher trained with transformers")
 what.add_argument("--student", metavar="DIR", help="a distill.py student folder, to --predict or --eval with")
 what.add_argument("--train", metavar="FILE", help="training file (any input format of the task)")
 what.add_argument("--eval", metavar="FILE", help="labelled file to evaluate on (each epoch when training)")
@@ -211,6 +217,9 @@ def main(argv=None):
     if not args.teacher and not args.no_teacher:
         parser.error("give --teacher DIR (distil a finetune.py classifier) or --no-teacher (the plain "
                      "BiLSTM on gold labels)")
+    if args.label_map and not args.teacher:
+        parser.error("--label-map renames the labels of a --teacher trained with transformers: give it with "
+                     "--teacher")
     if args.no_teacher and not args.task:
         parser.error("--no-teacher needs --task TASK")
     if args.no_teacher and args.teacher and args.embeddings != "teacher":
@@ -285,8 +294,8 @@ def distill_from_flags(args):
         check_labelled(args.task, args.train)
     summary = distill(
         args.task, Path(args.train), Path(args.eval) if args.eval else None, output, settings_from(args),
-        teacher_folder=args.teacher, use_teacher_logits=not args.no_teacher, device=args.device,
-        resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
+        teacher_folder=args.teacher, teacher_label_map=args.label_map, use_teacher_logits=not args.no_teacher,
+        device=args.device, resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
     kind = "distilled BiLSTM" if not args.no_teacher else "BiLSTM on gold labels"
     print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {given_eval or '(no --eval)'}"))
     print(f"saved to {output} ({summary['train_seconds']:.0f} s of training, {summary['end_step']} steps)")
@@ -362,10 +371,11 @@ def predict_or_evaluate(args):
 Teacher = namedtuple("Teacher", "model task tokenizer record folder")
 
 
-def load_teacher(folder, task_name=None):
-    """A fine-tuned sentence classifier folder (of `task_name`, if given)."""
+def load_teacher(folder, task_name=None, label_map=None):
+    """A fine-tuned sentence classifier folder (of `task_name`, if given; a
+    folder trained with transformers needs it, and `label_map` renames its labels)."""
     check_teacher_folder(folder, task_name, CLASSIFICATION)
-    model, task, tokenizer, record = load_task_model(folder, make_task)
+    model, task, tokenizer, record = load_task_model(folder, make_task, task_name=task_name, label_map=label_map)
     return Teacher(model.eval(), task, tokenizer, record, Path(folder))
 
 
@@ -385,11 +395,11 @@ def transfer_set_with_logits(teacher, examples, train_file, settings, device="cp
         return transfer, teacher_logits(teacher, transfer, settings.teacher_batch_size, device, progress,
                                         bf16=settings.bf16)
     return cached_transfer_set(augment_and_ask_the_teacher, teacher.folder, train_file, settings, teacher.task,
-                               examples, progress)
+                               examples, progress, label_map=teacher.record.get("label_map"))
 
 
 def distill(task_name, train_file, eval_file, output, settings, teacher_folder=None, use_teacher_logits=True,
-            device="auto", resume=False, progress=True, keep_checkpoint=False):
+            device="auto", resume=False, progress=True, keep_checkpoint=False, teacher_label_map=None):
     """Train a BiLSTM student and write the best epoch's to `output`.
 
     With a teacher (and use_teacher_logits): Tang et al.'s distillation on
@@ -397,7 +407,8 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     the teacher serves only --embeddings teacher): the plain BiLSTM on the
     gold labels. Returns a summary dict. output/checkpoint.pt is removed
     once the run has reached its last step, unless keep_checkpoint; a run
-    stopped by settings.max_minutes keeps it to resume."""
+    stopped by settings.max_minutes keeps it to resume. `teacher_label_map`:
+    load_teacher's label_map, for a teacher trained with transformers."""
     from minibert.commands.trainer import TrainingConfig, load_checkpoint, setup_context, train
     from minibert.distillation import (DistillationObjective, build_student, optimizer_factory, predict_student,
                                        student_features, student_tokenizer)
@@ -407,7 +418,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
 
     context, output = setup_context(device), Path(output)
     check_files(settings)
-    teacher = load_teacher(teacher_folder, task_name) if teacher_folder is not None else None
+    teacher = load_teacher(teacher_folder, task_name, teacher_label_map) if teacher_folder is not None else None
     task = teacher.task if teacher is not None else make_task(task_name)
     distilling = teacher is not None and use_teacher_logits
     settings = settings.resolved(task, distilling)
@@ -435,6 +446,8 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     eval_features = student_features(task, eval_examples, tokenizer) if eval_examples is not None else None
     record = run_record(settings, teacher_folder, distilling, train_file, eval_file, embeddings_report,
                         len(examples), len(transfer))
+    if teacher is not None and teacher.record.get("label_map"):     # a teacher trained with transformers, renamed
+        record["teacher_label_map"] = teacher.record["label_map"]
 
     def evaluate_epoch(trained):             # the classification task's own metrics
         predictions = predict_student(trained, task, tokenizer, eval_examples, eval_features,
@@ -517,6 +530,8 @@ def resume_config(task, settings, total_steps, model, tokenizer, record=None):
         weights = Path(teacher) / "model.safetensors" if teacher is not None else None
         flags["--teacher"] = file_identity(weights) if weights is not None and weights.is_file() else teacher
         flags["--no-teacher"] = not record["distilled"]
+        if record.get("teacher_label_map"):      # the order of the teacher's logits
+            flags["--label-map"] = record["teacher_label_map"]
         flags["--train"] = file_identity(record["train_file"])
         flags["--eval"] = file_identity(record["evaluated_on"])     # picks the epoch the folder keeps
     return {"task": task.name, "total_steps": total_steps, "batch_size": settings.batch_size, "seed": settings.seed,

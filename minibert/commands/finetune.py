@@ -19,6 +19,14 @@ name, the bundled model (minibert-gutenberg), a duplicate.py folder.
 DIR (fine-tuned) is a Hugging Face model folder (transformers' Auto classes and
 pipelines load it) plus task.json and metrics.json; docs/formats.md.
 
+A folder trained with transformers (AutoModelForSequenceClassification,
+...ForTokenClassification or ...ForQuestionAnswering, saved with
+save_pretrained as model.safetensors) has no task.json: --task says its task
+and config.json's id2label its labels; --label-map LABEL_0=0,LABEL_1=1
+renames labels that are not the task's (docs/guide.md 6.2, "A folder
+trained with transformers"); --ensemble takes such folders with --task too:
+  python finetune.py --model HF_DIR --task sst2 --label-map LABEL_0=0,LABEL_1=1 --eval dev.tsv
+
 --output is never a model folder (pretrained, fine-tuned or a student), a
 file the run reads, or a place inside one of them. --resume continues the
 run in its own folder, and refuses one whose settings (--lr, --task, the
@@ -59,7 +67,7 @@ from tqdm.auto import tqdm
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, script_main
-from minibert.support.errors import MiniBertError
+from minibert.support.errors import MiniBertError, ParameterError
 from minibert.support.fileio import write_json
 from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
 from minibert.support.folders import (CHECKPOINT, check_task_record, read_as_one, read_record, write_folder,
@@ -74,7 +82,9 @@ from minibert.tasks import TASKS, make_task
 
 parser = ArgumentParser(prog="finetune.py", description=__doc__, formatter_class=HelpFormatter)
 what = parser.add_argument_group("what to do")
-what.add_argument("--task", choices=TASKS, help="fine-tune on this task (needs --train and --output)")
+what.add_argument("--task", choices=TASKS, help="fine-tune on this task (needs --train and --output); with "
+                                                "--model/--ensemble and --eval/--predict: the task of folders "
+                                                "trained with transformers (they have no task.json)")
 what.add_argument("--model", help="fine-tune: the pretrained model, a folder, hub id or known name (default: the "
                                   "bundled model); predict/evaluate: a fine-tuned folder")
 what.add_argument("--ensemble", nargs="+", metavar="DIR",
@@ -88,6 +98,7 @@ what.add_argument("--split-eval", type=cli.probability(include_one=False), metav
                        "(the same FRACTION and --seed)")
 what.add_argument("--predict", metavar="FILE", help="file to predict (any input format of the task)")
 what.add_argument("--output", help="fine-tune: the output folder; predict: the predictions file")
+cli.add_label_map(what, "--model/--ensemble folders trained with transformers")
 cli.add_reports(what, "the metrics (or the run's summary)", "the training loss and the main metric per epoch "
                 "(fine-tuning)", json_metavar="OUT")
 train = parser.add_argument_group("training (BERT's defaults, Devlin et al. A.3)")
@@ -129,13 +140,20 @@ def main(argv=None):
     for name, flag in SIFT_FLAGS.items():         # flags that do not go together: usage errors (exit 2)
         if getattr(args, name) is not None and not args.sift:
             parser.error(f"{flag} needs --sift")
-    if args.sift and not args.task:
+    # --task with folders to evaluate or predict with, and no --train: folders trained with transformers
+    # (no task.json), read as that task; --task otherwise fine-tunes
+    fine_tuning = args.task and (args.train or not (args.model or args.ensemble) or not (args.eval or args.predict))
+    if args.label_map and not (args.task and not fine_tuning):
+        parser.error("--label-map renames the labels of folders trained with transformers: give it with --task, "
+                     "--model/--ensemble and --eval or --predict")
+    if args.sift and not fine_tuning:
         parser.error("--sift is a way of fine-tuning: use it with --task (a fine-tuned folder predicts "
                      "and evaluates the same way with or without it)")
 
-    if args.ensemble and (args.task or args.train or args.model):
-        parser.error("--ensemble takes fine-tuned folders: do not combine it with --task, --train or --model")
-    if args.task:
+    if args.ensemble and (args.train or args.model or fine_tuning):
+        parser.error("--ensemble takes fine-tuned folders to --eval or --predict with: do not combine it with "
+                     "--train or --model")
+    if fine_tuning:
         if not args.train or not args.output:
             parser.error("fine-tuning (--task) needs --train FILE and --output DIR")
         if args.predict:
@@ -259,7 +277,8 @@ def predict_or_evaluate(args):
         return task.split(examples, args.split_eval, args.seed)[1]
     task, examples, predictions = predict(folders, path, make_task, device=args.device,
                                           batch_size=args.eval_batch_size, bf16=args.bf16, progress=not args.quiet,
-                                          overrides=overrides, select=None if args.split_eval is None else held_out)
+                                          overrides=overrides, select=None if args.split_eval is None else held_out,
+                                          task_name=args.task, label_map=args.label_map)
     path = given                           # from here on the input is only named
     check_examples(task, path, examples)
     if args.split_eval is not None:
@@ -459,27 +478,38 @@ def read_task_record(folder):
     """task.json, its fields checked (support/folders.py)."""
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
-                                      f"finetune.py --task ... --output {folder}")
+                                      f"finetune.py --task ... --output {folder}; a folder trained with "
+                                      f"transformers needs --task")
     check_task_record(Path(folder) / TASK_FILE, record, tuple(TASKS))
     return record
 
 
-def load_task_model(folder, make_task, overrides=None):
+def load_task_model(folder, make_task, overrides=None, task_name=None, label_map=None):
     """(model, task, tokenizer, record) from a fine-tuned folder. `overrides`
     replace saved task settings that only affect decoding (e.g. SQuAD's
     null_threshold, tuned after training). The head is read from
     model.safetensors, under the names transformers' For<Task> model uses.
-    All is read as one snapshot of the folder (support/folders.read_as_one)."""
-    return read_as_one(folder, lambda: read_task_model(folder, make_task, overrides))
+    All is read as one snapshot of the folder (support/folders.read_as_one).
+    `task_name` (if given) is the task the folder must be; a folder trained
+    with transformers has no task.json and needs it, and `label_map` renames
+    its labels (checkpoints/task_folders.py)."""
+    return read_as_one(folder, lambda: read_task_model(folder, make_task, overrides, task_name, label_map))
 
 
-def read_task_model(folder, make_task, overrides=None):
+def read_task_model(folder, make_task, overrides=None, task_name=None, label_map=None):
     """load_task_model's reads, in order."""
     from minibert.checkpoints import load_pretrained
+    from minibert.checkpoints.task_folders import read_task_folder
     from minibert.checkpoints.task_heads import load_task_head
     from minibert.finetuning import TaskModel
     from minibert.tokenization import load_tokenizer
+    if task_name is not None and not (Path(folder) / TASK_FILE).is_file():     # a folder trained with transformers
+        base_model, head, task, tokenizer, record = read_task_folder(folder, make_task, task_name, label_map,
+                                                                     overrides)
+        return TaskModel(base_model, head, task.uses_pooler).eval(), task, tokenizer, record
     record = read_task_record(folder)
+    if task_name is not None and record["task"] != task_name:
+        raise ParameterError(f"task_name {task_name}: {folder} was fine-tuned for {record['task']} (its task.json)")
     task = make_task(record["task"], labels=record.get("labels"), settings={**record, **(overrides or {})})
     base_model = load_pretrained(folder)
     head = task.make_head(base_model.config)
@@ -496,14 +526,15 @@ def read_task_model(folder, make_task, overrides=None):
 
 
 def predict(folders, path, make_task, device="cpu", batch_size=128, bf16=False, progress=True, overrides=None,
-            select=None):
+            select=None, task_name=None, label_map=None):
     """Load each fine-tuned folder, run it on the file `path` and average the
     members' per-feature probabilities (an ensemble of one is one model).
     select(task, examples), if given, picks the examples to run (finetune.py:
-    the part of the file that --split-eval held out).
+    the part of the file that --split-eval held out). `task_name` and
+    `label_map`: load_task_model's, for folders trained with transformers.
     Returns (task, examples, predictions)."""
     from minibert.finetuning import run_model
-    members = [load_task_model(folder, make_task, overrides) for folder in folders]
+    members = [load_task_model(folder, make_task, overrides, task_name, label_map) for folder in folders]
     _, task, tokenizer, record = members[0]
     for folder, (_, other, other_tokenizer, other_record) in zip(folders[1:], members[1:]):
         if (other.name, other.labels, other_record["max_seq_len"]) != (task.name, task.labels, record["max_seq_len"]):

@@ -175,6 +175,8 @@ FLAGS = {
     "layer_order": "--order",       # duplication.deepen
     "tied": "--tied",
     "k": "--repeat",                # duplication.repeat_albert
+    "task_name": "--task",          # checkpoints/task_folders.py, commands/finetune.load_task_model
+    "label_map": "--label-map",
 }
 
 
@@ -290,6 +292,31 @@ def probability(include_zero=False, include_one=True):
     rate of 0 trains nothing); probability(include_zero=True,
     include_one=False) is [0, 1), e.g. for dropout (1 drops everything)."""
     return float_in(0, 1, include_low=include_zero, include_high=include_one, kind="probability")
+
+
+def label_map(text):
+    """--label-map NAME=LABEL,...: a model's label names -> the task's labels
+    (a folder trained with transformers names its labels LABEL_0, LABEL_1, ...
+    unless told otherwise). Returns a dict in the order given."""
+    mapping = {}
+    for item in text.split(","):
+        name, equals, label = (part.strip() for part in item.partition("="))
+        if not equals or not name or not label:
+            raise argparse.ArgumentTypeError(f"expected NAME=LABEL pairs separated by commas (e.g. "
+                                             f"LABEL_0=0,LABEL_1=1), got {item.strip()!r}")
+        if name in mapping:
+            raise argparse.ArgumentTypeError(f"{name!r} is mapped twice")
+        mapping[name] = label
+    return mapping
+
+
+def add_label_map(group, folders="a folder trained with transformers"):
+    """--label-map, for `folders` (no task.json: --task says the task)."""
+    group.add_argument("--label-map", type=label_map, metavar="NAME=LABEL,...",
+                       help=f"{folders}: rename the model's labels (config.json's id2label) to the task's, e.g. "
+                            f"LABEL_0=0,LABEL_1=1; needed where its names are transformers' generic LABEL_k or "
+                            f"differ from the task's; with --task (docs/guide.md 6.2, \"A folder trained with "
+                            f"transformers\")")
 
 
 def add_bf16(group, runs="every model it runs"):
