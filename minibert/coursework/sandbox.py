@@ -71,10 +71,11 @@ class Limits:
 _checked = {}
 
 
-def check_available(bwrap=None):
+def check_available():
     """Raise SandboxUnavailable unless bubblewrap is installed and can build a
-    jail here (user namespaces may be switched off, e.g. in some containers)."""
-    bwrap = bwrap or shutil.which("bwrap")
+    jail here (user namespaces may be switched off, e.g. in some containers);
+    returns its path."""
+    bwrap = shutil.which("bwrap")
     if not bwrap:
         raise SandboxUnavailable(f"no sandbox: bubblewrap is not installed ({INSTALL_HINT})")
     if bwrap not in _checked:
@@ -102,7 +103,7 @@ def _under(path, folder):
     return path == folder or folder in path.parents
 
 
-def command(argv, *, tree, inputs, files, hidden=(), limits=Limits(), blocker=None, bwrap=None):
+def command(argv, *, tree, inputs, files, hidden=(), limits=Limits(), blocker=None):
     """The bwrap command line that runs `argv` (a Python command whose paths
     are those inside the jail) with the layout of the module docstring.
     `files`: {name: host path} shown read-only as /grade/NAME (the runner,
@@ -110,7 +111,7 @@ def command(argv, *, tree, inputs, files, hidden=(), limits=Limits(), blocker=No
     even where they lie inside a mounted one (the instructor's checkout
     inside the Python prefix, say); `blocker`: a file whose text replaces
     each reference package's __init__.py."""
-    bwrap = check_available(bwrap)
+    bwrap = check_available()
     # --as-pid-1: the graded Python is the namespace's first process, so when it
     # ends, the kernel ends every process it started; no bwrap process (whose
     # command line names the grader's folders) is visible inside.
