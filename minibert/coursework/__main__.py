@@ -24,7 +24,7 @@ from pathlib import Path
 
 from minibert.coursework import check as grading
 from minibert.coursework import sandbox
-from minibert.coursework.exercises import ASSIGNMENTS, CourseworkError, find_regions
+from minibert.coursework.exercises import ASSIGNMENTS, TESTS_FOLDER, CourseworkError, find_regions
 from minibert.coursework.milestone import SST2_FILES, TARGET_PERCENT, missing_data
 from minibert.support.cli import ArgumentParser, HelpFormatter, int_between, run
 from minibert.support.errors import MiniBertError
@@ -125,9 +125,9 @@ def check_results_path(path, submission, reference, package_name="the submission
         package = Path(submission) / "minibert"
     for folder, what in ((package, package_name),
                          (Path(reference) / "minibert", "the instructor's package"),
-                         (Path(reference) / "tests", "the instructor's tests")):
+                         (Path(reference) / TESTS_FOLDER, "the instructor's tests")):
         folder = Path(folder).resolve()
-        if resolved == folder or folder in resolved.parents:
+        if resolved.is_relative_to(folder):
             raise CourseworkError(f"--json {path}: inside {what} ({folder}); write the results elsewhere")
     if path.exists() and not is_results_file(path):
         raise CourseworkError(f"--json {path}: exists and is not a results file this command wrote; give a new "

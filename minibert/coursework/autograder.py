@@ -37,7 +37,7 @@ def write_autograder(repo, archive, selection, data=None):
     arguments), with the SST-2 files of the folder `data` (None: no data);
     returns the names it holds."""
     repo, archive = Path(repo).resolve(), Path(archive)
-    if archive.resolve() == repo or repo in archive.resolve().parents:
+    if archive.resolve().is_relative_to(repo):
         raise CourseworkError(f"{archive}: inside the repository {repo}; write the archive elsewhere")
     if archive.suffix != ".zip":
         raise CourseworkError(f"{archive}: expected a .zip file name (Gradescope takes a zip archive)")

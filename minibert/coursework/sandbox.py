@@ -99,10 +99,6 @@ def python_folders():
     return sorted(folders)
 
 
-def _under(path, folder):
-    return path == folder or folder in path.parents
-
-
 def command(argv, *, tree, inputs, files, hidden=(), limits=Limits(), blocker=None):
     """The bwrap command line that runs `argv` (a Python command whose paths
     are those inside the jail) with the layout of the module docstring.
@@ -129,11 +125,11 @@ def command(argv, *, tree, inputs, files, hidden=(), limits=Limits(), blocker=No
         if os.path.exists(name):
             args += ["--ro-bind", name, name]
     for folder in python_folders():
-        if not any(_under(folder, m) for m in mounted):
+        if not any(folder.is_relative_to(m) for m in mounted):
             args += ["--ro-bind", str(folder), str(folder)]
             mounted.append(folder)
     for folder in sorted({Path(h).resolve() for h in hidden}):
-        if any(_under(folder, m) for m in mounted) and folder.exists():
+        if any(folder.is_relative_to(m) for m in mounted) and folder.exists():
             args += ["--tmpfs", str(folder)]            # an empty folder in its place
     if blocker is not None:
         for package in _reference_packages():

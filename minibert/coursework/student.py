@@ -59,7 +59,7 @@ def write_student_copy(repo, outdir, assignments=None):
     """Copy `repo` to `outdir` with the exercises of `assignments` (numbers;
     None = all) blanked. Returns (files copied, regions blanked)."""
     repo, outdir = Path(repo).resolve(), Path(outdir).resolve()
-    if outdir == repo or repo in outdir.parents:
+    if outdir.is_relative_to(repo):
         raise CourseworkError(f"{outdir}: inside the repository {repo}; write the student copy elsewhere")
     if outdir.exists() and (not outdir.is_dir() or any(outdir.iterdir())):
         raise CourseworkError(f"{outdir}: exists and is not an empty folder")
