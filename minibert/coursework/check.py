@@ -204,9 +204,9 @@ def _pytest_ini(reference, scratch):
 def _hidden_folders(reference, data):
     """What must stay out of the jail even where it lies inside a folder the
     jail mounts (the Python installation, /usr): the instructor's checkout,
-    the data, and any other minibert package the grading Python could find.
-    (On Gradescope the checkout is /autograder/source and the data
-    source/data, both given by run_autograder.)"""
+    the data, and any other minibert package the grading Python could find
+    (on Gradescope, the checkout and the data are /autograder/source and
+    source/data)."""
     hidden = {Path(reference).resolve()}
     if data is not None:
         hidden.add(Path(data).resolve())
@@ -535,12 +535,12 @@ def check(submission=None, names=(), assignments=(), *, reference, data=None, ex
     """Grade `submission` (a repository, a folder one level above one, or a
     minibert/ package; default: the reference itself) with the tests,
     fixtures and outputs of `reference` (the instructor's checkout). `data`:
-    the folder holding SST-2 (milestone.SST2_FILES); an end-to-end row whose
-    files it lacks, or all of them when it is None, is left out with a note
-    (the command line refuses that instead, see data_files). The submission
-    runs in a bubblewrap jail with `limits` (sandbox.Limits);
-    `unsandboxed=True` grades without one where none can be built, and every
-    report says so. Returns a Grade."""
+    the folder holding SST-2 (milestone.SST2_FILES); an end-to-end row that
+    reads a file it lacks (every such row, when `data` is None) is left out
+    with a note, where the command line refuses to grade at all
+    (__main__.require_data). The submission runs in a bubblewrap jail with
+    `limits` (sandbox.Limits); `unsandboxed=True` grades without one where
+    none can be built, and every report says so. Returns a Grade."""
     from minibert.coursework.student import write_student_copy
     began = time.monotonic()
     deadline = began + total_seconds
