@@ -590,7 +590,7 @@ def test_student_copy_of_the_repository_imports_and_scores_zero(tmp_path):
     assert not any(part in (".git", "__pycache__") or part.endswith((".pyc", ".egg-info"))
                    for name in files for part in Path(name).parts)
     assert not any(name.startswith(("runs/", "cache/")) for name in files)       # the scratch folders at the root
-    assert "minibert/runs/pretraining.py" in files                               # the package's runs are code
+    assert "minibert/commands/train_mlm.py" in files                               # the package's commands are code, copied
     for region in regions:  # the reference body is gone from the copy
         body = "".join((REPO / region.path).read_text().splitlines(keepends=True)[region.start:region.end - 1])
         assert body not in (hw / region.path).read_text()

@@ -22,7 +22,7 @@ from minibert.support.distillation.settings import pos_file_path
 from minibert.support.distillation.student_inputs import collate_student
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
-from minibert.runs.training import Context, TrainingConfig, train
+from minibert.commands.trainer import Context, TrainingConfig, train
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from minibert import finetuning
-from minibert.runs import finetuning as finetuning_run
+from minibert.commands import finetune as finetune_command
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.heads import add_pooler_if_missing
@@ -60,7 +60,7 @@ def fine_tuned_folder(root, family, task_name):
         for parameter in tuned.head.parameters():
             parameter.normal_(0, 0.5)
     folder = root / f"{family}-{task_name}"
-    finetuning_run.save_task_model(tuned, task, load_tokenizer(base), folder, {"max_seq_len": 32, "base_model": str(base)})
+    finetune_command.save_task_model(tuned, task, load_tokenizer(base), folder, {"max_seq_len": 32, "base_model": str(base)})
     return folder, tuned
 
 
@@ -117,7 +117,7 @@ def test_transformers_auto_class_loads_the_folder_with_minibert_logits(tmp_path,
     real = inputs[1].bool() if kind != "sentence" else slice(None)   # padding's outputs are read by no task
     assert torch.allclose(expected[real], ours[real], atol=1e-5)
 
-    loaded, task, _, record = finetuning_run.load_task_model(folder, make_task)       # and minibert reads it back
+    loaded, task, _, record = finetune_command.load_task_model(folder, make_task)       # and minibert reads it back
     assert task.name == task_name and record["max_seq_len"] == 32
     assert torch.equal(minibert_logits(loaded, inputs), ours)
 
@@ -131,7 +131,7 @@ def test_the_text_classification_pipeline_gives_minibert_labels_and_probabilitie
     rows = [[str(i), "0", "0", "g", "-", "-", "-", "-", a, b, "neutral", "neutral"]
             for i, (a, b) in enumerate([(sentences[0], sentences[1]), (sentences[1], sentences[0])])]
     data.write_text("\n".join("\t".join(row) for row in [header] + rows) + "\n", encoding="utf-8")
-    task, examples, predictions = finetuning_run.predict([folder], data, make_task, progress=False)
+    task, examples, predictions = finetune_command.predict([folder], data, make_task, progress=False)
 
     classify = transformers.pipeline("text-classification", model=str(folder), device="cpu")
     for example, (label, probabilities) in zip(examples, predictions):
@@ -147,7 +147,7 @@ def test_the_pipeline_names_a_single_sentence_with_minibert_label(tmp_path):
     folder, _ = fine_tuned_folder(tmp_path, "bert", "sst2")
     data = write_sst2(tmp_path / "dev.tsv", [("the sun is warm and the sky is blue .", "1"),
                                              ("he found a key under the green door .", "0")])
-    task, examples, predictions = finetuning_run.predict([folder], data, make_task, progress=False)
+    task, examples, predictions = finetune_command.predict([folder], data, make_task, progress=False)
     classify = transformers.pipeline("text-classification", model=str(folder), device="cpu")
     for example, (label, probabilities) in zip(examples, predictions):
         answer = classify(example.text_a)[0]
@@ -166,7 +166,7 @@ def test_load_pretrained_gives_the_encoder_of_a_fine_tuned_folder_and_says_what_
 def test_a_save_over_the_folder_keeps_the_runs_checkpoint(tmp_path):
     folder, tuned = fine_tuned_folder(tmp_path, "bert", "sst2")
     (folder / "checkpoint.pt").write_bytes(b"the run's checkpoint")
-    finetuning_run.save_task_model(tuned, make_task("sst2"), load_tokenizer(folder), folder, {"max_seq_len": 32})
+    finetune_command.save_task_model(tuned, make_task("sst2"), load_tokenizer(folder), folder, {"max_seq_len": 32})
     assert (folder / "checkpoint.pt").read_bytes() == b"the run's checkpoint"
     assert sorted(p.name for p in folder.parent.iterdir() if p.name.startswith(".")) == []   # nothing left beside it
 
@@ -179,7 +179,7 @@ def test_a_folder_whose_model_safetensors_holds_no_head_is_a_one_line_error(tmp_
                      folder / "model.safetensors")
     with pytest.raises(MiniBertError, match=r"model.safetensors: tensor 'classifier.weight' of the sst2 head with 2 "
                                         r"labels is missing$"):
-        finetuning_run.load_task_model(folder, make_task)
+        finetune_command.load_task_model(folder, make_task)
 
 
 def test_a_head_stored_as_integers_is_a_one_line_error(tmp_path):
@@ -190,7 +190,7 @@ def test_a_head_stored_as_integers_is_a_one_line_error(tmp_path):
     save_safetensors(tensors, folder / "model.safetensors")
     with pytest.raises(MiniBertError, match=r"model.safetensors: tensor 'classifier.weight' has dtype int64; "
                                         r"expected a floating-point weight$"):
-        finetuning_run.load_task_model(folder, make_task)
+        finetune_command.load_task_model(folder, make_task)
 
 
 def test_the_task_head_table_prints_one_row_per_tensor():
@@ -261,7 +261,7 @@ TRANSFORMERS_CASES = [   # family, kind, the model's id2label (None: transformer
 def test_a_folder_trained_with_transformers_gives_its_logits_in_the_tasks_label_order(tmp_path, family, kind,
                                                                                      id2label, task_name, label_map):
     folder, theirs = transformers_folder(tmp_path / "model", family, kind, id2label)
-    model, task, _, record = finetuning_run.load_task_model(folder, make_task, task_name=task_name,
+    model, task, _, record = finetune_command.load_task_model(folder, make_task, task_name=task_name,
                                                            label_map=label_map)
     assert task.name == task_name and record["architecture"] == type(theirs).__name__
     inputs = random_batch(theirs.config.vocab_size, batch=3, length=11, seed=2)
@@ -279,7 +279,7 @@ def test_a_folder_trained_with_transformers_gives_its_logits_in_the_tasks_label_
 
 def test_mnli_labels_are_put_in_minibert_order(tmp_path):
     folder, _ = transformers_folder(tmp_path / "model", "bert", "sentence", MNLI_SHUFFLED)
-    _, task, _, _ = finetuning_run.load_task_model(folder, make_task, task_name="mnli")
+    _, task, _, _ = finetune_command.load_task_model(folder, make_task, task_name="mnli")
     assert task.labels == ["entailment", "neutral", "contradiction"]
 
 
@@ -298,24 +298,24 @@ def test_mnli_labels_are_put_in_minibert_order(tmp_path):
 def test_a_label_or_head_that_does_not_fit_the_task_is_a_one_line_error(tmp_path, task_name, label_map, message):
     folder, _ = transformers_folder(tmp_path / "model", "bert", "sentence")
     with pytest.raises(MiniBertError, match=message) as error:
-        finetuning_run.load_task_model(folder, make_task, task_name=task_name, label_map=label_map)
+        finetune_command.load_task_model(folder, make_task, task_name=task_name, label_map=label_map)
     assert "\n" not in str(error.value)
 
 
 def test_a_token_classifier_with_generic_labels_needs_a_label_map(tmp_path):
     folder, _ = transformers_folder(tmp_path / "model", "bert", "token")
     with pytest.raises(MiniBertError, match=r"the model's label 'LABEL_0' names none of conll2003's labels"):
-        finetuning_run.load_task_model(folder, make_task, task_name="conll2003")
-    _, task, _, _ = finetuning_run.load_task_model(folder, make_task, task_name="conll2003",
+        finetune_command.load_task_model(folder, make_task, task_name="conll2003")
+    _, task, _, _ = finetune_command.load_task_model(folder, make_task, task_name="conll2003",
                                                    label_map={"LABEL_0": "O", "LABEL_1": "B-PER"})
     assert task.labels == ["O", "B-PER"]
 
 
 def test_task_is_checked_against_a_minibert_folders_task_json(tmp_path):
     folder, _ = fine_tuned_folder(tmp_path, "bert", "sst2")
-    finetuning_run.load_task_model(folder, make_task, task_name="sst2")
+    finetune_command.load_task_model(folder, make_task, task_name="sst2")
     with pytest.raises(MiniBertError, match=r"^task_name mrpc: .* was fine-tuned for sst2 \(its task.json\)$"):
-        finetuning_run.load_task_model(folder, make_task, task_name="mrpc")
+        finetune_command.load_task_model(folder, make_task, task_name="mrpc")
 
 
 def test_a_folder_whose_architecture_is_no_task_model_is_a_one_line_error(tmp_path):
@@ -323,7 +323,7 @@ def test_a_folder_whose_architecture_is_no_task_model_is_a_one_line_error(tmp_pa
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertForMaskedLM"]}))
     with pytest.raises(MiniBertError, match=r"config.json: BertForMaskedLM has no task head minibert reads"):
-        finetuning_run.load_task_model(folder, make_task, task_name="sst2")
+        finetune_command.load_task_model(folder, make_task, task_name="sst2")
 
 
 # ---- the scripts ----------------------------------------------------------------------------------------------
@@ -359,7 +359,7 @@ def test_finetune_evaluates_and_predicts_with_a_transformers_folder(sst2_folders
                               "--output", tmp_path / "preds.jsonl", "--quiet")
     assert code == 0, captured.err
     lines = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
-    _, examples, predictions = finetuning_run.predict([folder], dev, make_task, progress=False, task_name="sst2",
+    _, examples, predictions = finetune_command.predict([folder], dev, make_task, progress=False, task_name="sst2",
                                                       label_map={"LABEL_0": "0", "LABEL_1": "1"})
     assert [line["label"] for line in lines] == [label for label, _ in predictions]
     assert metrics["accuracy"] == pytest.approx(100 * sum(line["label"] == e.label
@@ -401,7 +401,7 @@ def test_finetune_label_map_errors_are_one_line(sst2_folders, capsys):
 
 def test_distill_takes_a_transformers_teacher(tmp_path, capsys):
     from distill_helpers import POS_LINES, TINY_STUDENT
-    from minibert.runs.student_folder import load_student
+    from minibert.commands.distill import load_student
     from tiny_models import FILLER, NEGATIVE, POSITIVE, sentiment_rows
     teacher, _ = transformers_folder(tmp_path / "teacher", "bert", "sentence", ["neg", "pos"],
                                      vocabulary=[" ".join(POSITIVE + NEGATIVE + FILLER)])

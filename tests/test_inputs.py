@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from helpers import error_line, run_script_in_process
-from minibert.runs.pretraining import text_files
+from minibert.commands.train_mlm import text_files
 from minibert.support.errors import MiniBertError
 from minibert.support.inputs import not_a_file, read_once
 from minibert.tasks import make_task

@@ -7,7 +7,7 @@ import torch
 
 from distill_helpers import make_distillation_data
 from helpers import error_line, run_script, run_script_in_process
-from minibert.runs.distillation import load_teacher
+from minibert.commands.distill import load_teacher
 from minibert.distillation import DistillationSettings
 from minibert.support.distillation.settings import check_files
 from minibert.support.distillation.word_vectors import check_word_vectors, read_word_vectors, teacher_embedding_matrix

@@ -128,7 +128,7 @@ def reorder_head(head, order):
 def read_task_folder(folder, make_task, task_name, label_map=None, overrides=None):
     """(base model, head, task, tokenizer, record) of a folder trained with
     transformers (no task.json), read as the task `task_name` (make_task
-    makes it, as runs/finetuning.load_task_model's). `record` holds what
+    makes it, as commands/finetune.load_task_model's). `record` holds what
     task.json would: the task, its labels, max_seq_len, the tokenizer's
     fingerprint, and the folder's architecture and label_map."""
     config_file, values, architecture, model_labels = read_head_config(folder)

@@ -20,7 +20,8 @@ from minibert.support.fileio import temporary_name
 MANIFEST_NAME = ".minibert-files"     # one repository file per line, written by the autograder archive
 SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", ".benchmarks", ".venv", "venv", ".tox", "build", "dist",
                 ".mypy_cache", ".ipynb_checkpoints"}
-# The repository's own scratch folders, skipped at its root only (minibert/runs/ is code).
+# The repository's own scratch folders (runs/, where the README's examples write; cache/), skipped at its
+# root only: a folder of the same name deeper down is the package's own.
 SKIPPED_AT_ROOT = {"runs", "cache"}
 
 

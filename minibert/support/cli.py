@@ -77,6 +77,14 @@ class ArgumentParser(argparse.ArgumentParser):
             quiet_downloads()
         return parsed, extras
 
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        # --device last, once every other flag is read: its check imports torch (seconds), which an
+        # unknown flag or a bad value elsewhere should not wait for (add_device)
+        if isinstance(getattr(parsed, "device", None), DeviceName):
+            parsed.device = checked(self, "--device", device, parsed.device)
+        return parsed
+
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)", self.format_usage())
 
@@ -167,7 +175,7 @@ FLAGS = {
     "layer_order": "--order",       # duplication.deepen
     "tied": "--tied",
     "k": "--repeat",                # duplication.repeat_albert
-    "task_name": "--task",          # checkpoints/task_folders.py, runs/finetuning.load_task_model
+    "task_name": "--task",          # checkpoints/task_folders.py, commands/finetune.load_task_model
     "label_map": "--label-map",
 }
 
@@ -320,6 +328,11 @@ def add_bf16(group, runs="every model it runs"):
                             f"(without it, float32 throughout)")
 
 
+class DeviceName(str):
+    """--device as typed, which ArgumentParser.parse_args turns into a
+    torch.device (`device`) after the rest of the command line is read."""
+
+
 def device(text):
     """--device: auto, cpu, cuda, cuda:N or mps, present on this machine. Returns a torch.device."""
     from minibert.support.devices import choose_device     # imports torch, so only once a flag is read
@@ -404,8 +417,9 @@ def add_reports(group, json_holds, plot_draws=None, json_metavar="FILE"):
 
 
 def add_device(group, default="auto", quiet=True):
-    """--device (and --quiet: no progress bars)."""
-    group.add_argument("--device", type=device, default=default,
+    """--device (and --quiet: no progress bars). Its value is a torch.device,
+    checked when the rest of the command line has been read (DeviceName)."""
+    group.add_argument("--device", type=DeviceName, default=default,
                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     if quiet:
         group.add_argument("--quiet", action="store_true", help="no progress bars")
