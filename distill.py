@@ -50,8 +50,8 @@ examples:
 from pathlib import Path
 
 from minibert.support import cli
+from minibert.support.checks import MAX_EMBEDDING_DIM
 from minibert.support.cli import ArgumentParser, HelpFormatter, run, script_main
-from minibert.support.distillation.student_config import MAX_EMBEDDING_DIM
 from minibert.tasks import CLASSIFICATION
 
 # The part-of-speech lexicon when --pos-file is not given: CoNLL-2003's training file in the data folder next to
@@ -228,7 +228,7 @@ def settings_from(args):
 
 def results_table(summary, title):
     """What the run gives, one line each: the student's metrics, the teacher's, sizes and times."""
-    from minibert.support.reports import format_metrics
+    from minibert.support.cli import format_metrics
     rows = {f"student {k}": v for k, v in (summary["best"] or {}).items()}
     rows.update({f"teacher {k}": v for k, v in (summary["teacher_metrics"] or {}).items()})
     rows["student parameters"] = f"{summary['parameters']:,}"
@@ -257,9 +257,9 @@ def distil(args):
 
     from minibert.runs.distillation import distill
     from minibert.support.errors import MiniBertError
-    from minibert.support.fileio import write_json
+    from minibert.support.files import write_json
     from minibert.support.outputs import safe_run
-    from minibert.support.reports import json_safe
+    from minibert.support.cli import json_safe
     from minibert.runs.student_folder import STUDENT_FILE
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
@@ -269,7 +269,7 @@ def distil(args):
                     folder=output, record=STUDENT_FILE, resume=args.resume, caches={"--cache-dir": args.cache_dir},
                     files={"--json": args.json, "--plot": args.plot})
     resume = safe.resume
-    from minibert.support.inputs import not_a_file
+    from minibert.support.files import not_a_file
     given_eval = args.eval                       # what the results name (a pipe: not its copy)
     args.train, args.eval = safe.data["--train"], safe.data["--eval"]     # a pipe: its copy, read once
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
@@ -310,9 +310,9 @@ def predict_or_evaluate(args):
     from pathlib import Path
 
     from minibert.distillation import predict_student
-    from minibert.support.fileio import write_json
+    from minibert.support.files import write_json
     from minibert.support.outputs import safe_run
-    from minibert.support.reports import format_metrics
+    from minibert.support.cli import format_metrics
     from minibert.runs.student_folder import load_student
 
     path, flag = Path(args.predict or args.eval), "--predict" if args.predict else "--eval"

@@ -46,9 +46,9 @@ examples:
   python duplicate.py --model DEBERTA_DIR --duplicate 0,1 --output deberta-deeper/
 """
 
+from minibert.support.checks import MAX_DEPTH
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_reports, int_between, make_parent_folder,
                                   output_folder, positive_int, run, script_main)
-from minibert.support.layer_orders import MAX_DEPTH
 
 parser = ArgumentParser(prog="duplicate.py", description=__doc__, formatter_class=HelpFormatter)
 parser.add_argument("--model", default=None,
@@ -83,7 +83,7 @@ def main(argv=None):
     from minibert.checkpoints import load_pretrained
     from minibert.duplication import source_layer_order
     from minibert.runs.duplication import deeper_model, write_model
-    from minibert.support.layer_orders import check_pretrained_source, parse_indices
+    from minibert.support.checks import check_pretrained_source, parse_indices
 
     if (args.json or args.plot) and not args.probe:
         parser.error(f"{'--json' if args.json else '--plot'} writes the probe's results: add --probe")

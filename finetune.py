@@ -172,7 +172,7 @@ def check_examples(task, path, examples, training=False):
     warning = task.check_examples(path, examples, training=training)
     if warning:                          # a piped file named as the user gave it, not by its copy
         import sys
-        from minibert.support.inputs import as_given
+        from minibert.support.files import as_given
         print(f"warning: {as_given(warning)}", file=sys.stderr)
 
 
@@ -182,8 +182,8 @@ def fine_tune(args):
     from minibert.runs import finetuning as finetuning_run
     from minibert.support.errors import MiniBertError
     from minibert.support.outputs import safe_run
-    from minibert.support.fileio import write_json
-    from minibert.support.reports import format_metrics, json_safe
+    from minibert.support.files import write_json
+    from minibert.support.cli import format_metrics, json_safe
     from minibert.tasks import make_task
 
     output = cli.checked(parser, "--output", cli.output_folder, args.output)
@@ -242,9 +242,9 @@ def predict_or_evaluate(args):
     from pathlib import Path
 
     from minibert.runs import finetuning as finetuning_run
-    from minibert.support.fileio import write_json
+    from minibert.support.files import write_json
     from minibert.support.outputs import safe_run
-    from minibert.support.reports import format_metrics
+    from minibert.support.cli import format_metrics
     from minibert.tasks import make_task
 
     folders = args.ensemble or [args.model]

@@ -64,8 +64,8 @@ import sys
 import time
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_checkpointing, add_device, add_reports,
-                                  int_at_least, make_parent_folder, non_negative_float, non_negative_int,
-                                  output_folder, positive_float, positive_int, probability, run, script_main)
+                                  int_at_least, make_parent_folder, non_negative_float, non_negative_int, output_folder,
+                                  positive_float, positive_int, probability, run, script_main)
 from minibert.support.errors import MiniBertError
 
 # A model built from the flags has BERT's 512 positions (--config can say otherwise).
@@ -249,7 +249,7 @@ def choose_tokenizer(args, corpus, resume):
         return resume_tokenizer(args.output, lower, vocab_file=args.vocab)
     if args.vocab:
         return wordpiece_tokenizer(args.vocab, do_lower_case=lower)
-    from minibert.support.token_cache import is_token_cache
+    from minibert.support.caches import is_token_cache
     prepared = next((path for path in corpus if is_token_cache(path)), None)
     if prepared is not None:         # token ids, no text to train a vocabulary on
         raise MiniBertError(f"--corpus {prepared}: a prepared token cache holds token ids, not text; give --vocab, "
@@ -331,7 +331,7 @@ def resume_flags(args):
 @script_main
 def main(argv=None):
     args = parse_args(argv)
-    from minibert.support.fileio import write_json
+    from minibert.support.files import write_json
     from minibert.checkpoints.families import family_of
     from minibert.runs.pretraining import (check_max_seq_len, check_pair_objective, pretrain, read_model_config,
                                            split_heldout, text_files)

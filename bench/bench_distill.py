@@ -53,7 +53,7 @@ from minibert.distillation import WordTokenizer, build_vocabulary, student_logit
 from minibert.runs.distillation import parameter_counts  # noqa: E402
 from minibert.runs.student_folder import load_student  # noqa: E402
 from minibert.lstm import StudentConfig  # noqa: E402
-from minibert.support.distillation.student_inputs import collate_student  # noqa: E402
+from minibert.support.student_files import collate_student  # noqa: E402
 from minibert.augment import split_words  # noqa: E402
 from minibert.finetuning import TaskModel, collate  # noqa: E402
 from minibert.runs.finetuning import load_task_model  # noqa: E402

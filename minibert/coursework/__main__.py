@@ -27,7 +27,7 @@ from minibert.coursework.exercises import ASSIGNMENTS, CourseworkError, find_reg
 from minibert.coursework.milestone import TARGET_PERCENT
 from minibert.support.cli import ArgumentParser, HelpFormatter, int_between, run
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write, temporary_name
+from minibert.support.files import atomic_write, temporary_name
 
 REPO = Path(__file__).resolve().parents[2]
 ASSIGNMENT = int_between(1, len(ASSIGNMENTS), " (an assignment number)")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from minibert.coursework.exercises import CourseworkError
 from minibert.coursework.student import MANIFEST_NAME, repository_files
-from minibert.support.fileio import atomic_write
+from minibert.support.files import atomic_write
 
 SCRIPTS = Path(__file__).with_name("gradescope")
 DATA_FILES = ("sst2/train.tsv", "sst2/dev.tsv")

@@ -22,14 +22,11 @@ from minibert.finetuning import LengthGroupedBatches
 from minibert.runs.finetuning import BestEpoch, evaluate, load_task_model
 from minibert.runs.student_folder import previous_best, save_student
 from minibert.runs.training import TrainingConfig, load_checkpoint, setup_context, train
-from minibert.support.distillation.settings import check_files, check_run, check_teacher_folder, pos_file_path
-from minibert.support.distillation.student_inputs import collate_student
-from minibert.support.devices import check_bf16_lstm
-from minibert.support.distillation.transfer_cache import cached_transfer_set
-from minibert.support.fingerprints import fingerprint
-from minibert.support.inputs import as_given
-from minibert.support.folders import CHECKPOINT
-from minibert.support.outputs import file_identity
+from minibert.support.caches import cached_transfer_set
+from minibert.support.files import as_given, fingerprint
+from minibert.support.outputs import CHECKPOINT, file_identity
+from minibert.support.runtime import check_bf16_lstm
+from minibert.support.student_files import check_files, check_run, check_teacher_folder, collate_student, pos_file_path
 from minibert.tasks import CLASSIFICATION, make_task
 
 # A finetune.py classifier as load_teacher returns it: the model, its task object, its tokenizer, task.json,
@@ -47,7 +44,7 @@ def load_teacher(folder, task_name=None):
 def transfer_set_with_logits(teacher, examples, train_file, settings, device="cpu", progress=True):
     """(transfer examples, teacher logits (N, K), whether the cache answered):
     augment and ask the teacher once; a later run with the same teacher, data
-    and settings reads both back from the cache (support/distillation/transfer_cache.py)."""
+    and settings reads both back from the cache (support/caches.py)."""
     def augment_and_ask_the_teacher():
         transfer = list(examples)
         if settings.augment:

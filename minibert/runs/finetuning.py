@@ -21,9 +21,8 @@ from minibert.finetuning import LengthGroupedBatches, Objective, TaskModel, run_
 from minibert.heads import add_pooler_if_missing
 from minibert.runs.training import TrainingConfig, setup_context, train
 from minibert.support.errors import MiniBertError
-from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
-from minibert.support.folders import (CHECKPOINT, check_task_record, read_as_one, read_record, write_folder,
-                                      write_record)
+from minibert.support.files import check_tokenizer_matches, tokenizer_fingerprint
+from minibert.support.outputs import CHECKPOINT, check_task_record, read_as_one, read_record, write_folder, write_record
 from minibert.tasks import TASKS
 from minibert.tokenization import load_tokenizer
 
@@ -158,7 +157,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
 
 
 def save_task_model(model, task, tokenizer, folder, record, metrics=None):
-    """The fine-tuned folder, written as one unit (support/folders.py: into a
+    """The fine-tuned folder, written as one unit (support/outputs.py: into a
     temporary folder renamed into place, so a kill leaves the old best epoch
     or the new one, whole): a complete Hugging Face model folder (the
     encoder and the head under the names transformers' For<Task> model uses,
@@ -178,7 +177,7 @@ def save_task_model(model, task, tokenizer, folder, record, metrics=None):
 
 
 def read_task_record(folder):
-    """task.json, its fields checked (support/folders.py)."""
+    """task.json, its fields checked (support/outputs.py)."""
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
                                       f"finetune.py --task ... --output {folder}")
@@ -191,7 +190,7 @@ def load_task_model(folder, make_task, overrides=None):
     replace saved task settings that only affect decoding (e.g. SQuAD's
     null_threshold, tuned after training). The head is read from
     model.safetensors, under the names transformers' For<Task> model uses.
-    All is read as one snapshot of the folder (support/folders.read_as_one)."""
+    All is read as one snapshot of the folder (support/outputs.read_as_one)."""
     return read_as_one(folder, lambda: read_task_model(folder, make_task, overrides))
 
 

@@ -15,7 +15,7 @@ The output folder: while a run goes on it holds checkpoint.pt (with the
 vocabulary inside, so --resume needs nothing else) and the token cache; the
 model and its tokenizer files (config.json, model.safetensors, vocab.txt,
 tokenizer.json, ...) are written only when the run has finished, as one unit
-(support/folders.write_folder). A run that fails therefore never pairs the
+(support/outputs.write_folder). A run that fails therefore never pairs the
 weights already in a folder with a new vocabulary.
 """
 
@@ -29,12 +29,10 @@ from minibert.checkpoints import read_config, save_pretrained
 from minibert.checkpoints.families import family_of
 from minibert.pretraining import MaskedLMObjective, evaluate_mlm
 from minibert.pretraining_data import SENTENCE_END, PretrainingBatches, pack_blocks, split_sentences
+from minibert.support.caches import TokenCache, build_token_cache, check_token_cache, is_token_cache
 from minibert.support.errors import MiniBertError
-from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary
-from minibert.support.folders import CHECKPOINT, MODEL_FOLDER_FILES, write_folder
-from minibert.support.inputs import as_given, not_a_file
-from minibert.support.outputs import file_identity
-from minibert.support.token_cache import TokenCache, build_token_cache, check_token_cache, is_token_cache
+from minibert.support.files import as_given, not_a_file, tokenizer_fingerprint, vocabulary
+from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, file_identity, write_folder
 from minibert.tokenization import Tokenizer, wordpiece_tokenizer
 from minibert.runs.training import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
 
@@ -69,7 +67,7 @@ def text_files(paths, what):
             files += found
         elif path.is_file():
             files.append(path)
-        else:                            # missing, or a pipe or device (support/inputs.py copies those once)
+        else:                            # missing, or a pipe or device (support/files.py copies those once)
             raise MiniBertError(not_a_file(path, what, folders=True))
     return files
 
@@ -118,7 +116,7 @@ def make_folder(folder, flag="--output"):
 
 def save_model_folder(model, tokenizer, output):
     """config.json, model.safetensors and the tokenizer files, written as one
-    unit (support/folders.write_folder): into a hidden sibling of `output`,
+    unit (support/outputs.write_folder): into a hidden sibling of `output`,
     which then replaces it, with the run's checkpoint.pt, its token cache and
     a user's own files carried over. A kill leaves the old folder or the new
     one, never new weights beside an old vocabulary."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from minibert import probing
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import write_json
+from minibert.support.files import write_json
 from minibert.support.plots import plot_probe
 
 DEFAULT_SENTENCES = Path(__file__).parent.parent / "data" / "probe_sentences.txt"

@@ -5,7 +5,7 @@ A student folder holds student.safetensors (the BiLSTM's weights), its
 vocabulary (vocab.txt, or the teacher's tokenizer files) and student.json
 (the config, the task and its labels, how the text is tokenized, the run's
 record); docs/formats.md describes every file. It is written as one unit
-(support/folders.write_folder), so a folder is never a mix of two epochs.
+(support/outputs.write_folder), so a folder is never a mix of two epochs.
 The weights carry BiLSTMClassifier's names (embedding.weight, lstm.weight_ih_l0,
 ..., fc1.weight, fc2.bias), so plain torch and safetensors read them too.
 load_student builds the student, its tokenizer and its task from a folder,
@@ -18,8 +18,8 @@ from minibert.checkpoints.safetensors import load_weights, save_weights
 from minibert.distillation import PieceTokenizer, WordTokenizer, is_pair_task
 from minibert.lstm import BiLSTMClassifier, StudentConfig
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import read_json_object
-from minibert.support.folders import read_as_one, read_record, restore_interrupted, write_folder, write_record
+from minibert.support.files import read_json_object
+from minibert.support.outputs import read_as_one, read_record, restore_interrupted, write_folder, write_record
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.tokenization import load_tokenizer
 
@@ -30,7 +30,7 @@ WEIGHTS_FILE = "student.safetensors"
 def save_student(model, tokenizer, task, folder, record):
     """student.safetensors, the vocabulary (vocab.txt, or the teacher's
     tokenizer files) and student.json, written as one unit
-    (support/folders.write_folder: a temporary folder renamed into place, so
+    (support/outputs.write_folder: a temporary folder renamed into place, so
     a kill leaves the old best epoch or the new one, whole). The folder's
     other files (checkpoint.pt) are carried over."""
     def write_into(staging):
@@ -87,7 +87,7 @@ def previous_best(folder, main_metric):
 
 def load_student(folder):
     """(model in eval mode, tokenizer, task) from a student folder, read as
-    one snapshot of it (support/folders.read_as_one)."""
+    one snapshot of it (support/outputs.read_as_one)."""
     return read_as_one(folder, lambda: read_student(folder))
 
 
