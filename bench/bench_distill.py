@@ -50,13 +50,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.common import environment  # noqa: E402
 from minibert.checkpoints import load_pretrained  # noqa: E402
 from minibert.distillation import WordTokenizer, build_vocabulary, student_logits  # noqa: E402
-from minibert.runs.distillation import parameter_counts  # noqa: E402
-from minibert.runs.student_folder import load_student  # noqa: E402
+from minibert.commands.distill import load_student, parameter_counts  # noqa: E402
 from minibert.lstm import StudentConfig  # noqa: E402
 from minibert.support.student_files import collate_student  # noqa: E402
 from minibert.augment import split_words  # noqa: E402
 from minibert.finetuning import TaskModel, collate  # noqa: E402
-from minibert.runs.finetuning import load_task_model  # noqa: E402
+from minibert.commands.finetune import load_task_model  # noqa: E402
 from minibert.heads import IGNORE_INDEX, add_pooler_if_missing  # noqa: E402
 from minibert.lstm import BiLSTMClassifier  # noqa: E402
 from minibert.model import BertConfig, BertModel  # noqa: E402

@@ -21,7 +21,7 @@ several seeds, so that a difference can be told from seed noise:
                 The deeper models are built with minibert.duplication,
                 exactly as duplicate.py does, into WORK/models/.
   2. fine-tune  every variant with every seed, with IDENTICAL hyperparameters
-                (the flags below), through minibert.finetuning_run.fine_tune.
+                (the flags below), through minibert.commands.finetune.fine_tune.
                 A seed fixes the data order, the dropout masks and the new
                 head's initial weights, so the variants of one seed start
                 from the same head and see the same batches: the comparison
@@ -31,7 +31,7 @@ several seeds, so that a difference can be told from seed noise:
                 --train that --split-eval holds out, written to WORK/ so the
                 figures can be checked with finetune.py --eval/--ensemble).
   4. ensemble   per seed, the three variants' fine-tuned models, their class
-                probabilities averaged (finetuning_run.predict with three folders,
+                probabilities averaged (finetune_command.predict with three folders,
                 as finetune.py --ensemble); for comparison, also the base
                 model's runs of all seeds ensembled (same kind of ensemble
                 without duplication). With --patterns, per seed also the
@@ -96,7 +96,7 @@ from minibert.support.cli import ArgumentParser, HelpFormatter, run  # noqa: E40
 VARIANTS = ("base", "duplicated", "tied")
 STUDY_FILE = "study.json"
 METRICS_FILE = "metrics.json"
-TASK_FILE = "task.json"          # finetuning_run.TASK_FILE (not imported here: --help stays fast)
+TASK_FILE = "task.json"          # minibert.commands.finetune.TASK_FILE (not imported here: --help stays fast)
 # What a SQuAD row reports besides F1 (evaluate-v2.0.py's names; SQuAD 1.1 has exact_match and f1 only).
 SQUAD_FIGURES = ("exact", "exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh")
 
@@ -274,7 +274,7 @@ def build_variants(model_name, duplicate_text, work, patterns=()):
     variant each, named by pattern_variant."""
     from minibert.checkpoints import load_pretrained
     from minibert.duplication import duplicate_order, source_layer_order
-    from minibert.runs.duplication import write_model
+    from minibert.commands.duplicate import write_model
     from minibert.support.errors import MiniBertError
     from minibert.support.files import read_json_object
     from minibert.support.checks import parse_indices
@@ -352,7 +352,7 @@ def read_data(args, task, work):
 
 
 def write_examples(task_name, examples, path):
-    """Held-out examples in the task's own format, for finetuning_run.predict (and finetune.py --eval)."""
+    """Held-out examples in the task's own format, for finetune_command.predict (and finetune.py --eval)."""
     import json
 
     from minibert.support.errors import MiniBertError
@@ -385,7 +385,7 @@ def messages_to(log_path, quiet):
 
 
 def score(folders, eval_path, args):
-    """The main metric of one model (or an ensemble) on the held-out file, via finetuning_run.predict."""
+    """The main metric of one model (or an ensemble) on the held-out file, via finetune_command.predict."""
     metrics, main_metric = score_all(folders, eval_path, args)
     return metrics[main_metric]
 
@@ -393,11 +393,11 @@ def score(folders, eval_path, args):
 def score_all(folders, eval_path, args):
     """(every metric, the main metric's name) of one model or an ensemble
     (its members' probabilities averaged) on the held-out file."""
-    from minibert.runs import finetuning as finetuning_run
+    from minibert.commands import finetune as finetune_command
     from minibert.tasks import make_task
 
     device = args.device
-    task, examples, predictions = finetuning_run.predict([str(f) for f in folders], eval_path, make_task,
+    task, examples, predictions = finetune_command.predict([str(f) for f in folders], eval_path, make_task,
                                                      device=device, batch_size=args.eval_batch_size,
                                                      progress=args.progress)
     return task.metrics(examples, predictions), task.main_metric
@@ -427,7 +427,7 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder, si
     """Fine-tune `source` into `folder` (or reuse a finished run) and score it;
     `sift` (a SiftConfig) adds SiFT (bench/sift_study.py). Returns (metrics
     record, reused)."""
-    from minibert.runs import finetuning as finetuning_run
+    from minibert.commands import finetune as finetune_command
     from minibert.support.files import read_json_object, write_json
 
     if (folder / TASK_FILE).is_file() and (folder / METRICS_FILE).is_file():
@@ -437,7 +437,7 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder, si
         folder.mkdir(parents=True, exist_ok=True)
         resume = (folder / "checkpoint.pt").is_file()
         with messages_to(folder / "log.txt", quiet=not args.progress):
-            summary = finetuning_run.fine_tune(
+            summary = finetune_command.fine_tune(
                 task, str(source), train_examples, None, folder, epochs=args.epochs, learning_rate=args.lr,
                 batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, max_seq_len=args.max_seq_len,
                 warmup=args.warmup, weight_decay=args.weight_decay, seed=args.seed, device=args.device,

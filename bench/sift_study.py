@@ -13,7 +13,7 @@ seeds, so that a difference can be told from seed noise:
                 sift    the same, with SiFT's adversarial loss added
                         (finetune.py --sift; lambda, sigma and eta below)
   2. fine-tune  both variants with every seed, with IDENTICAL hyperparameters
-                (the flags below), through minibert.finetuning_run.fine_tune.
+                (the flags below), through minibert.commands.finetune.fine_tune.
                 A seed fixes the data order, the dropout masks and the new
                 head's initial weights (training.training_step re-seeds every step,
                 so SiFT's extra random draws do not shift the next step's),

@@ -15,8 +15,8 @@ training set. This file reads in the paper's order ([Tang] section 3):
   5. the optimizer: Adadelta at a constant rate, as the authors' code.
 
 The settings (DistillationSettings) and their per-task defaults come first.
-The run (runs.training.train with this optimizer, the best epoch kept) is in
-minibert/runs/distillation.py. [Tang] Tang, Lu, Liu, Mou, Vechtomova, Lin
+The run (commands.trainer.train with this optimizer, the best epoch kept) is in
+minibert/commands/distill.py. [Tang] Tang, Lu, Liu, Mou, Vechtomova, Lin
 2019, arXiv:1903.12136; the authors' code castorini/d-bert (docs/papers.md 2.2).
 """
 
@@ -127,7 +127,7 @@ class DistillationSettings:
 
 # The paper's students, one flag each (--paper-config): d-bert's confs/birnn_sst2_150.json, the SST-2 BiLSTM of
 # Table 3 with 0.96M parameters besides its embeddings: 300-d vectors in "multichannel" (600-d LSTM input),
-# hidden 150 per direction, fc 200, dropout 0.1, batch 50 (its count: runs/distillation.PAPER_SST2).
+# hidden 150 per direction, fc 200, dropout 0.1, batch 50 (its count: commands/distill.PAPER_SST2).
 PAPER_CONFIGS = {"sst2": {"embeddings_mode": "multichannel", "embedding_dim": 300, "hidden_size": 150,
                           "fc_size": 200, "dropout": 0.1, "batch_size": 50}}
 

@@ -18,7 +18,7 @@ holds what they share:
 
 The run (fine_tune: data, model, training with an evaluation each epoch,
 the best epoch kept; the fine-tuned folder; predictions of one model or an
-ensemble) is minibert/runs/finetuning.py.
+ensemble) is minibert/commands/finetune.py.
 """
 
 import math

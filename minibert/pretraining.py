@@ -13,7 +13,7 @@ last layer twice more with the absolute positions added, so the objective is
 the same code as BERT's).
 
 The run around it (the corpus, the output folder, resume, saving the model)
-is minibert/runs/pretraining.py, which train_mlm.py starts; the loop itself
+is train_mlm.py's code, minibert/commands/train_mlm.py; the loop itself
 is training.training_step.
 """
 

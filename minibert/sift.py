@@ -37,7 +37,7 @@ xxlarge-v2 SiFT runs in experiments/glue/mnli.sh; v3-xsmall uses 3; run.py's
 own default 0 means "off").
 
 Here it is a wrapper around a task object's objective (`SiftObjective`), so
-runs.training.train runs it unchanged, under DistributedDataParallel and bf16
+commands.trainer.train runs it unchanged, under DistributedDataParallel and bf16
 autocast too. Which output distributions the symmetric KL compares is the
 task's to say, `task.distributions(logits, batch) -> (rows, weight)`: one
 softmax row per example (classification), per labelled word piece (NER), or
@@ -184,7 +184,7 @@ def initial_delta(shape, init_scale, device=None):
     """delta ~ N(0, sigma^2) clipped to [-2 sigma, 2 sigma], float32 (deberta.md
     section 5, step 2). Clipping (not resampling) leaves about 4.6% of the
     values at +-2 sigma and a std of about 0.959 sigma. Drawn from torch's
-    global generator, which runs.training.train re-seeds every step, so a
+    global generator, which commands.trainer.train re-seeds every step, so a
     resumed run draws the same perturbations."""
     delta = torch.randn(shape, device=device, dtype=torch.float32) * init_scale
     return delta.clamp(-2 * init_scale, 2 * init_scale)

@@ -14,7 +14,7 @@ on biases and LayerNorm), BERT's warm-up then linear decay and the same
 rule keyed to a time budget (Izsak et al. 2021; Geiping & Goldstein 2022),
 where the clock is the wall clock and not the step. The run
 around the step (processes, checkpoints, resume, evaluation, logging) is
-minibert/runs/training.py.
+minibert/commands/trainer.py.
 """
 
 import torch

@@ -5,7 +5,7 @@ part-of-speech lexicon for their words."""
 import torch
 
 from minibert import finetuning
-from minibert.runs import finetuning as finetuning_run
+from minibert.commands import finetune as finetune_command
 from minibert import heads
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.model import BertModel
@@ -23,13 +23,13 @@ POS_LINES = ["-DOCSTART- -X- -X- O", "", *[f"{w} JJ" for w in POSITIVE + NEGATIV
 
 def make_teacher(folder, base, task_name, seed=0, labels=None):
     """A finetune.py folder of `task_name` (the tiny model + a head drawn with `seed`), written by
-    finetuning_run.save_task_model as finetune.py writes it: the format matters here, not the accuracy."""
+    finetune_command.save_task_model as finetune.py writes it: the format matters here, not the accuracy."""
     base_model = load_pretrained(base)
     torch.manual_seed(seed)
     heads.add_pooler_if_missing(base_model)
     task = make_task(task_name, labels=labels)
     model = finetuning.TaskModel(base_model, task.make_head(base_model.config), task.uses_pooler)
-    finetuning_run.save_task_model(model, task, load_tokenizer(base), folder, {"max_seq_len": 32})
+    finetune_command.save_task_model(model, task, load_tokenizer(base), folder, {"max_seq_len": 32})
     return folder
 
 

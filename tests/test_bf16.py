@@ -10,7 +10,7 @@ import torch
 from minibert import probing, walkthrough
 from minibert.checkpoints import load_pretrained
 from minibert.lstm import BiLSTMClassifier
-from minibert.runs.student_folder import save_student
+from minibert.commands.distill import save_student
 from minibert.support.runtime import autocast
 from minibert.lstm import StudentConfig
 from minibert.distillation import PieceTokenizer

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from distill_helpers import make_distillation_data, make_teacher, one_thread
+from minibert import distillation
+from minibert.commands import distill as distill_command
 from minibert.distillation import DistillationSettings
 from minibert.pretraining_data import SENTENCE_END, split_sentences
-from minibert.runs import distillation as distillation_run
 from minibert.support.caches import (CACHE_FORMAT, TokenCache, build_token_cache, check_token_cache, is_token_cache,
                                      load_transfer_cache, read_documents, save_transfer_cache, transfer_key)
 from minibert.support.errors import MiniBertError
@@ -67,21 +68,21 @@ def setup(tmp_path_factory):
 
 def test_teacher_logits_are_cached_and_recomputed_when_teacher_data_or_settings_change(setup, tmp_path, monkeypatch):
     calls = []
-    real = distillation_run.teacher_logits
+    real = distillation.teacher_logits
 
     def counting(teacher, examples, *args, **kwargs):
         calls.append(len(examples))
         return real(teacher, examples, *args, **kwargs)
-    monkeypatch.setattr(distillation_run, "teacher_logits", counting)
+    monkeypatch.setattr(distillation, "teacher_logits", counting)
     train_file = tmp_path / "train.tsv"
     shutil.copy(setup / "train.tsv", train_file)
     settings = DistillationSettings(n_iter=2, pos_file=str(setup / "pos.txt"), cache_dir=str(tmp_path / "cache"))
     settings = settings.resolved(make_task("sst2"), True)
 
     def run(teacher_folder=setup / "teacher", settings=settings):
-        teacher = distillation_run.load_teacher(teacher_folder)
+        teacher = distill_command.load_teacher(teacher_folder)
         examples = teacher.task.read(train_file)
-        return distillation_run.transfer_set_with_logits(teacher, examples, train_file, settings, progress=False)
+        return distill_command.transfer_set_with_logits(teacher, examples, train_file, settings, progress=False)
 
     transfer, logits, hit = run()
     assert not hit and len(calls) == 1 and calls[0] == len(transfer) == len(logits) > 48   # 48 + augmented

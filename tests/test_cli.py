@@ -212,6 +212,25 @@ def test_a_script_main_called_from_python_returns_instead_of_exiting(script, cap
     assert exit_info.value.code == 0
 
 
+@pytest.mark.parametrize("script", ["train_mlm.py", "probe.py", "duplicate.py", "finetune.py", "distill.py"])
+def test_help_and_a_usage_error_answer_before_torch_is_imported(script):
+    # A command reads its flags first and imports torch and the lessons only to run (--device is read
+    # last, support/cli.DeviceName): --help, an unknown flag and a bad value answer at once.
+    import subprocess
+    import sys
+    from helpers import REPO
+    program = ("import runpy, sys\n"
+               "sys.argv = sys.argv[1:]\n"
+               "try:\n"
+               "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+               "except SystemExit as e:\n"
+               "    print('exit', e.code, 'torch' in sys.modules, file=sys.stderr)\n")
+    for flags, status in ((["--help"], 0), (["--bogus"], 2), (["--batch-size", "0"], 2)):
+        done = subprocess.run([sys.executable, "-c", program, str(REPO / script), *flags], capture_output=True,
+                              text=True, cwd=REPO, timeout=120)
+        assert done.stderr.splitlines()[-1] == f"exit {status} False", (flags, done.stderr[-1000:])
+
+
 def test_a_script_main_releases_its_output_lock_when_it_returns(tmp_path):
     from minibert.support.outputs import HELD_LOCKS, safe_run
 

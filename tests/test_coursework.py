@@ -590,7 +590,7 @@ def test_student_copy_of_the_repository_imports_and_scores_zero(tmp_path):
     assert not any(part in (".git", "__pycache__") or part.endswith((".pyc", ".egg-info"))
                    for name in files for part in Path(name).parts)
     assert not any(name.startswith(("runs/", "cache/")) for name in files)       # the scratch folders at the root
-    assert "minibert/runs/pretraining.py" in files                               # the package's runs are code
+    assert "minibert/commands/train_mlm.py" in files                               # the package's commands are code, copied
     for region in regions:  # the reference body is gone from the copy
         body = "".join((REPO / region.path).read_text().splitlines(keepends=True)[region.start:region.end - 1])
         assert body not in (hw / region.path).read_text()
@@ -598,7 +598,10 @@ def test_student_copy_of_the_repository_imports_and_scores_zero(tmp_path):
     started = subprocess.run([sys.executable, "probe.py", "--help"], cwd=hw, capture_output=True, text=True,
                              timeout=120)  # the script's folder comes first on the path: the copy's minibert
     assert started.returncode == 0 and "usage: probe.py" in started.stdout
-    done = run_tool("check", "--repo", hw, "--json", tmp_path / "results.json")
+    from tiny_models import write_toy_sst2
+    (tmp_path / "data" / "sst2").mkdir(parents=True)      # every exercise: the end-to-end rows read SST-2 too
+    write_toy_sst2(tmp_path / "data" / "sst2")
+    done = run_tool("check", "--repo", hw, "--data", tmp_path / "data", "--json", tmp_path / "results.json")
     assert done.returncode == 1, done.stderr
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["score"] == 0
@@ -640,7 +643,7 @@ def test_calling_the_fused_kernel_or_the_slow_twin_is_not_an_answer(tmp_path):
     answer(hw, "minibert/model.py", "attention",
            ["return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias, dropout_p=dropout_p)"])
     answer(hw, "minibert/deberta.py", "c2p-p2c", ["return relative_scores_written_out(q, k, K_r, Q_r, delta)"])
-    grade = graded(hw, ["layer-norm", "gelu-erf", "attention", "c2p-p2c"], data=tmp_path / "no-data")
+    grade = graded(hw, ["layer-norm", "gelu-erf", "attention", "c2p-p2c"], reference=REPO, data=tmp_path / "no-data")
     rows = {r.name: r for r in grade.rows}
     assert [rows[name].points for name in ("layer-norm", "gelu-erf", "attention", "c2p-p2c")] == [0, 0, 0, 0]
     assert rows["layer-norm"].output == ("test_exercise_layer_norm: Refused: exercise layer-norm: calls "
@@ -679,7 +682,7 @@ def test_fused_kernels_through_the_back_door_are_refused_where_they_run(tmp_path
     rewrite(hw, "minibert/deberta.py", "\ndef relative_scores_gathered(",
             "\n_twin = relative_scores_written_out\n\n\ndef relative_scores_gathered(")
     names = ["layer-norm", "gelu-erf", "attention", "gelu-tanh", "lstm-gates", "wordpiece", "c2p-p2c"]
-    rows = {r.name: r for r in graded(hw, names, data=tmp_path / "no-data").rows}
+    rows = {r.name: r for r in graded(hw, names, reference=REPO, data=tmp_path / "no-data").rows}
     assert {name: rows[name].points for name in names} == dict.fromkeys(names, 0.0), \
         {name: rows[name].output for name in names}
     expected = {"layer-norm": "calls torch.layer_norm", "gelu-erf": "calls torch.nn.functional.gelu",
@@ -717,7 +720,7 @@ def test_switching_the_watch_off_or_computing_later_is_refused(tmp_path):
            ["from tokenizers.pre_tokenizers import BertPreTokenizer",
             "return [w for w, _ in BertPreTokenizer().pre_tokenize_str(text.lower() if do_lower_case else text)]"])
     names = ["layer-norm", "attention", "gelu-erf", "gelu-tanh", "basic-tokenizer"]
-    rows = {r.name: r for r in graded(hw, names, data=tmp_path / "no-data").rows}
+    rows = {r.name: r for r in graded(hw, names, reference=REPO, data=tmp_path / "no-data").rows}
     assert {name: rows[name].points for name in names} == dict.fromkeys(names, 0.0), \
         {name: rows[name].output for name in names}
     assert "calls torch.ops.aten.native_batch_norm" in rows["layer-norm"].output or \
@@ -762,7 +765,7 @@ def test_answers_written_for_the_shipped_inputs_fail_and_honest_variants_score(t
             "    probs = probs * (torch.rand_like(probs) >= dropout_p) / (1 - dropout_p)",
             "return probs @ v"])
     names = ["gelu-erf", "squad-f1", "lr-schedule", "attention"]
-    rows = {r.name: r for r in graded(hw, names, data=tmp_path / "no-data").rows}
+    rows = {r.name: r for r in graded(hw, names, reference=REPO, data=tmp_path / "no-data").rows}
     assert rows["gelu-erf"].points == 0 and rows["gelu-erf"].output == (
         "on inputs the grader drew for this grade: call 1 of gelu returned something else than the reference's")
     assert {name: rows[name].points for name in names[1:]} == dict.fromkeys(names[1:], 1.0), \
@@ -998,6 +1001,26 @@ def test_autograder_with_a_data_folder_that_lacks_sst2_is_one_line(tmp_path):
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and not done.stdout, done.stderr
     assert f"--data {tmp_path / 'nonexistent'}: no sst2/train.tsv or sst2/dev.tsv there" in done.stderr
     assert not (tmp_path / "autograder.zip").exists()
+
+
+def test_the_data_comes_from_the_data_flag_only_and_its_absence_is_one_line(tmp_path):
+    # the milestone and the tokenizer's end-to-end rows read SST-2: no folder is guessed for it
+    for args, needed in ((["autograder", tmp_path / "autograder.zip", "--assignment", "8"],
+                          "sst2/train.tsv and sst2/dev.tsv"),
+                         (["check", "wordpiece"], "sst2/dev.tsv")):
+        done = run_tool(*args)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and not done.stdout, done.stderr
+        assert f"error: --data DIR is needed: the folder holding {needed} (the end-to-end rows of these " \
+               f"exercises read it)" in done.stderr
+    done = run_tool("check", "wordpiece", "--data", tmp_path)
+    assert done.returncode == 1 and f"--data {tmp_path}: no sst2/dev.tsv there" in done.stderr and not done.stdout
+    assert not (tmp_path / "autograder.zip").exists()
+    done = subprocess.run([sys.executable, "-m", "minibert.coursework.milestone"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "error: the following arguments are required: --data" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "minibert.coursework.milestone", "--data", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and f"error: --data {tmp_path}: no sst2/train.tsv or sst2/dev.tsv there" in done.stderr
 
 
 def test_an_interrupted_student_copy_leaves_nothing(tmp_path, monkeypatch):

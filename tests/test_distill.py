@@ -2,7 +2,6 @@
 and tiny data: its four forms (distil, baseline, predict, evaluate), the
 results it writes, the cache reuse, --resume, and its one-line errors."""
 
-import importlib.util
 import json
 
 import numpy as np
@@ -12,8 +11,9 @@ import torch
 from distill_helpers import TINY_STUDENT, make_distillation_data, one_thread
 from helpers import REPO, error_line, run_script_in_process
 from minibert.lstm import BiLSTMClassifier
-from minibert.runs import distillation as distillation_run
-from minibert.runs.student_folder import load_student
+from minibert import distillation
+from minibert.commands import distill as distill_command
+from minibert.commands.distill import load_student
 from minibert.support.cli import run
 from minibert.lstm import StudentConfig
 from minibert.support.errors import MiniBertError
@@ -73,7 +73,7 @@ def test_distill_writes_a_student_folder_and_the_results(distilled, setup):
 
 def test_a_second_run_reuses_the_cached_teacher_logits(distilled, setup, tmp_path, capsys, monkeypatch):
     calls = []
-    monkeypatch.setattr(distillation_run, "teacher_logits", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(distillation, "teacher_logits", lambda *a, **k: calls.append(1))
     code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "again", "--epochs",
                                                                            "1", "--json", tmp_path / "r.json"))
     assert code == 0, captured.err
@@ -124,7 +124,7 @@ def test_no_teacher_trains_the_plain_bilstm_on_gold_labels(setup, tmp_path, caps
 
 
 def test_paper_config_sst2_is_the_papers_student_and_explicit_flags_win():
-    script = load_script("distill.py")
+    script = distill_command
     settings = script.settings_from(script.parser.parse_args(["--paper-config", "sst2"]))
     assert (settings.embeddings_mode, settings.embedding_dim, settings.hidden_size, settings.fc_size,
             settings.dropout, settings.batch_size) == ("multichannel", 300, 150, 200, 0.1, 50)
@@ -362,17 +362,17 @@ def test_bf16_trains_under_autocast_and_writes_the_student_folder(setup, tmp_pat
 
 def test_a_run_killed_after_an_epoch_and_resumed_numbers_its_best_epoch_over_the_whole_run(
         setup, tmp_path, capsys, monkeypatch):
-    from minibert.runs import training
+    from minibert.commands import trainer
     learns = ["--epochs", "3", "--optimizer", "adam", "--lr", "0.02", "--alpha", "1"]    # its third epoch is best
     code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "straight", *learns))
     assert code == 0, captured.err
     straight = json.loads((tmp_path / "straight" / "student.json").read_text())
-    saved = training.save_checkpoint
+    saved = trainer.save_checkpoint
 
     def killed_after_the_first_epoch(*args, **kwargs):
         saved(*args, **kwargs)
         raise KeyboardInterrupt                          # the run dies here, its first epoch saved
-    monkeypatch.setattr(training, "save_checkpoint", killed_after_the_first_epoch)
+    monkeypatch.setattr(trainer, "save_checkpoint", killed_after_the_first_epoch)
     code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "resumed", *learns))
     assert code == 130 and json.loads((tmp_path / "resumed" / "student.json").read_text())["best_epoch"] == 1
     monkeypatch.undo()
@@ -410,10 +410,7 @@ def test_bf16_where_the_cpu_cannot_run_an_lstm_in_it_is_one_line_before_any_work
 
 
 def test_the_default_lexicon_is_conll_beside_the_repository():
-    # The script, not the package, knows the data folder next to the repository.
-    spec = importlib.util.spec_from_file_location("distill_script", REPO / "distill.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.DEFAULT_POS_FILE == REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
+    # The distill command, not the lessons or support, knows the data folder next to a checkout.
+    assert distill_command.DEFAULT_POS_FILE == REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
     from minibert.support import caches, student_files
     assert not hasattr(student_files, "DEFAULT_POS_FILE") and not hasattr(caches, "DEFAULT_POS_FILE")

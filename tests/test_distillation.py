@@ -21,7 +21,7 @@ from minibert.lstm import StudentConfig
 from minibert.support.student_files import collate_student, pos_file_path
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
-from minibert.runs.training import Context, TrainingConfig, train
+from minibert.commands.trainer import Context, TrainingConfig, train
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 

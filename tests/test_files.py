@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from helpers import error_line, run_script_in_process
-from minibert.runs.pretraining import text_files
+from minibert.commands.train_mlm import text_files
 from minibert.support.errors import MiniBertError
 from minibert.support.files import atomic_write, not_a_file, process_is_alive, read_once, remove_leftovers
 from minibert.tasks import make_task

@@ -1,4 +1,4 @@
-"""minibert/finetuning.py and its run (minibert/runs/finetuning.py) on a tiny
+"""minibert/finetuning.py and its run (minibert/commands/finetune.py) on a tiny
 model and tiny data, in seconds: the run's steps are training.training_step, batching with its collate hook, run_model,
 the best-epoch rule, the sentence classification run end to end, the saved
 folder, ensembles and resume. (finetune.py's command line: test_finetune.py.)"""
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from minibert import finetuning
-from minibert.runs import finetuning as finetuning_run
+from minibert.commands import finetune as finetune_command
 from minibert import heads
 from minibert.checkpoints import load_pretrained
 from minibert.heads import IGNORE_INDEX
@@ -24,7 +24,7 @@ from minibert.support.runtime import seed_from
 from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask
 from minibert.training import make_optimizer, training_step, warmup_then_linear_decay
-from minibert.runs.training import TrainingConfig, setup_context, train
+from minibert.commands.trainer import TrainingConfig, setup_context, train
 from tiny_models import random_batch, tiny_config, write_toy_sst2
 
 
@@ -40,7 +40,7 @@ def tune(setup, output, **kwargs):
     task = ClassificationTask("sst2")
     options = dict(epochs=3, batch_size=16, learning_rate=3e-3, warmup=0.1, seed=0, progress=False, max_seq_len=32)
     options.update(kwargs)
-    return finetuning_run.fine_tune(task, root / "base", task.read(train_file), task.read(dev), output, **options)
+    return finetune_command.fine_tune(task, root / "base", task.read(train_file), task.read(dev), output, **options)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def sst2_batches(count, seed=0, vocab_size=40):
 
 
 def test_three_training_steps_by_hand_give_the_weights_the_run_gives():
-    # The run (runs.training.train) takes the lesson's training_step once per
+    # The run (commands.trainer.train) takes the lesson's training_step once per
     # step: three calls by hand, with the run's dropout seeds, give its weights.
     looped, task = tiny_classifier()
     stepped = copy.deepcopy(looped)
@@ -86,7 +86,7 @@ def test_three_training_steps_by_hand_give_the_weights_the_run_gives():
     scheduler = warmup_then_linear_decay(optimizer, warmup_steps=1, total_steps=3)
     losses = []
     for step, batch in enumerate(batches):
-        torch.manual_seed(seed_from(5, "dropout", step, 0))        # runs.training.train's dropout seed of this step
+        torch.manual_seed(seed_from(5, "dropout", step, 0))        # commands.trainer.train's dropout seed of this step
         stats = training_step(stepped, [batch], finetuning.Objective(task), optimizer, scheduler, max_grad_norm=1.0)
         losses.append(stats["classification"][0].item() / 3)         # the summed loss over the batch's 3 sentences
 
@@ -183,14 +183,14 @@ def test_run_model_gives_one_output_per_feature_in_their_order():
 def test_best_epoch_saves_only_when_the_main_metric_improves():
     scores = iter([70.0, 80.0, 75.0, 81.0])
     saved = []
-    best = finetuning_run.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": next(scores), "model": model},
+    best = finetune_command.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": next(scores), "model": model},
                                 save=lambda model, metrics: saved.append((model, metrics["accuracy"])))
     assert best.best is None
     assert [best(f"epoch{i}") for i in range(4)] == [{"accuracy": v} for v in (70.0, 80.0, 75.0, 81.0)]
     assert saved == [("epoch0", 70.0), ("epoch1", 80.0), ("epoch3", 81.0)]
     assert [m["accuracy"] for m in best.history] == [70.0, 80.0, 75.0, 81.0] and best.best["accuracy"] == 81.0
 
-    resumed = finetuning_run.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": 79.0},
+    resumed = finetune_command.BestEpoch("accuracy", evaluate=lambda model: {"accuracy": 79.0},
                                    save=lambda model, metrics: saved.append(model), previous={"accuracy": 80.0})
     resumed("epoch4")
     assert saved[-1] == ("epoch3", 81.0) and resumed.best == {"accuracy": 80.0}   # 79 does not beat the saved 80
@@ -226,10 +226,10 @@ def test_a_checkpoint_without_pooler_gets_a_fresh_one_named_in_the_load_report(s
 def test_the_saved_folder_loads_back_to_the_same_outputs(tuned, setup):
     folder, _ = tuned
     _, _, dev = setup
-    model, task, tokenizer, record = finetuning_run.load_task_model(folder, make_task)
+    model, task, tokenizer, record = finetune_command.load_task_model(folder, make_task)
     assert task.name == "sst2" and record["max_seq_len"] == 32
     features = task.features(task.read(dev), tokenizer, 32)
-    again, *_ = finetuning_run.load_task_model(folder, make_task)
+    again, *_ = finetune_command.load_task_model(folder, make_task)
     a = finetuning.run_model(model, features, tokenizer.pad_id, task.outputs, progress=False)
     b = finetuning.run_model(again, features, tokenizer.pad_id, task.outputs, progress=False)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
@@ -246,20 +246,20 @@ def test_a_folder_whose_vocabulary_was_replaced_does_not_load(tuned, tmp_path):
     tokens[-1], tokens[-2] = tokens[-2], tokens[-1]              # the same size, two ids swapped
     (copy / "vocab.txt").write_text("\n".join(tokens) + "\n")
     with pytest.raises(MiniBertError, match="vocab.txt and tokenizer.json hold different vocabularies"):
-        finetuning_run.load_task_model(copy, make_task)          # the tokenizer loader sees it first
+        finetune_command.load_task_model(copy, make_task)          # the tokenizer loader sees it first
     (copy / "tokenizer.json").unlink()
     with pytest.raises(MiniBertError, match="are not the vocabulary it was fine-tuned with"):
-        finetuning_run.load_task_model(copy, make_task)
+        finetune_command.load_task_model(copy, make_task)
 
 
 def test_a_head_of_another_shape_or_a_plain_folder_is_a_one_line_error(tuned, setup, tmp_path):
     folder, _ = tuned
     root, _, _ = setup
     with pytest.raises(MiniBertError, match="not a fine-tuned model folder"):
-        finetuning_run.read_task_record(root / "base")
+        finetune_command.read_task_record(root / "base")
     with pytest.raises(MiniBertError, match=r"model.safetensors: does not fit the sst2 head with 3 labels "
                                            r"\(classifier.weight has shape \[2, 32\], the head needs \[3, 32\]\)"):
-        finetuning_run.load_task_model(folder, lambda name, labels, settings: make_task("snli"))
+        finetune_command.load_task_model(folder, lambda name, labels, settings: make_task("snli"))
 
 
 def test_an_ensemble_of_two_averages_the_members_probabilities(tuned, setup):
@@ -268,9 +268,9 @@ def test_an_ensemble_of_two_averages_the_members_probabilities(tuned, setup):
     other = root / "run_seed1"
     if not other.exists():
         tune(setup, other, seed=1, epochs=1)
-    task_a, examples, single_a = finetuning_run.predict([folder], dev, make_task, progress=False)
-    _, _, single_b = finetuning_run.predict([other], dev, make_task, progress=False)
-    _, _, both = finetuning_run.predict([folder, other], dev, make_task, progress=False)
+    task_a, examples, single_a = finetune_command.predict([folder], dev, make_task, progress=False)
+    _, _, single_b = finetune_command.predict([other], dev, make_task, progress=False)
+    _, _, both = finetune_command.predict([folder, other], dev, make_task, progress=False)
     for (_, a), (_, b), (label, averaged) in zip(single_a, single_b, both):
         assert np.allclose(averaged, (a + b) / 2, atol=1e-6)
         assert label == task_a.labels[int(np.argmax(averaged))]
@@ -290,7 +290,7 @@ def test_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path):
 def test_task_json_names_the_bundled_model_by_the_name_that_loads_it(setup, tmp_path):
     root, train_file, _ = setup
     task = ClassificationTask("sst2")
-    finetuning_run.fine_tune(task, None, task.read(train_file)[:16], None, tmp_path / "run", max_steps=1, batch_size=16,
+    finetune_command.fine_tune(task, None, task.read(train_file)[:16], None, tmp_path / "run", max_steps=1, batch_size=16,
                          max_seq_len=32, progress=False)
     record = json.loads((tmp_path / "run" / "task.json").read_text())
     assert record["base_model"] == "minibert-gutenberg"                       # not "None"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from minibert import finetuning
-from minibert.runs import finetuning as finetuning_run
+from minibert.commands import finetune as finetune_command
 from minibert import heads
 from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.checkpoints.safetensors import load_safetensors
@@ -93,15 +93,15 @@ def test_a_position_biased_deberta_keeps_its_table_when_fine_tuned():
 def test_fine_tuned_deberta_learns_and_reloads_to_the_same_logits(setup, tmp_path, monkeypatch):
     base, train, dev = setup
     saved = []                                   # a copy of the model each time fine_tune saves the folder
-    original_save = finetuning_run.save_task_model
+    original_save = finetune_command.save_task_model
 
     def save_and_keep_a_copy(model, *args, **kwargs):
         saved.append(copy.deepcopy(model).eval())
         return original_save(model, *args, **kwargs)
 
-    monkeypatch.setattr(finetuning_run, "save_task_model", save_and_keep_a_copy)
+    monkeypatch.setattr(finetune_command, "save_task_model", save_and_keep_a_copy)
     task = ClassificationTask("sst2")
-    summary = finetuning_run.fine_tune(task, base, task.read(train), task.read(dev), tmp_path / "run", epochs=3,
+    summary = finetune_command.fine_tune(task, base, task.read(train), task.read(dev), tmp_path / "run", epochs=3,
                                    batch_size=16, learning_rate=3e-3, warmup=0.1, seed=0, progress=False,
                                    max_seq_len=32)
     losses = [record["classification_loss"] for record in summary["history"] if "classification_loss" in record]
@@ -110,7 +110,7 @@ def test_fine_tuned_deberta_learns_and_reloads_to_the_same_logits(setup, tmp_pat
 
     files = load_safetensors(tmp_path / "run" / "model.safetensors")
     assert POSITION_TABLE not in files and "pooler.dense.weight" in files
-    reloaded, _, tokenizer, record = finetuning_run.load_task_model(tmp_path / "run", make_task)
+    reloaded, _, tokenizer, record = finetune_command.load_task_model(tmp_path / "run", make_task)
     assert type(reloaded.base_model.pooler) is DebertaPooler and record["metrics"] == summary["best"]
     batch = finetuning.collate(task.features(task.read(dev), tokenizer, 32), tokenizer.pad_id)
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])

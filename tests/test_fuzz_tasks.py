@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from minibert.runs import finetuning as finetuning_run
+from minibert.commands import finetune as finetune_command
 from minibert.support.errors import MiniBertError
 from minibert.tasks import make_task
 from test_fuzz import JSON_VALUES, append, flip, insert, truncate, with_json_value
@@ -109,7 +109,7 @@ def test_fuzz_task_json(tmp_path, tuned_folder, field):
     for raw in JSON_VALUES[:-2] + ['["0", 1]', '[["0"], ["1"]]', '"01"']:   # not the 100,000-deep list here
         (folder / "task.json").write_text(with_json_value(record, [field], raw))
         try:
-            finetuning_run.load_task_model(folder, make_task)
+            finetune_command.load_task_model(folder, make_task)
         except MiniBertError as e:
             assert str(folder) in str(e) and "\n" not in str(e), f"{field}={raw[:20]}: {e!r}"
             outcomes["error"] += 1

@@ -6,7 +6,7 @@ level and the ones below it.
     2  checkpoints   minibert/checkpoints/: checkpoint formats and name tables, which build the models;
                      the package facade (minibert/__init__.py), which exports them
     3  lessons       every other minibert/X.py, and minibert/tasks/
-    4  runs          minibert/runs/, minibert/walkthrough.py, minibert/coursework/
+    4  commands      minibert/commands/, minibert/walkthrough.py, minibert/coursework/
 
 (The scripts, train_mlm.py and the others, sit above the package.)
 
@@ -28,7 +28,7 @@ import minibert
 
 PACKAGE_DIR = Path(minibert.__file__).parent
 
-LEVEL_NAMES = ("support", "model files", "checkpoints", "lessons", "runs")
+LEVEL_NAMES = ("support", "model files", "checkpoints", "lessons", "commands")
 LESSONS = LEVEL_NAMES.index("lessons")
 
 # A module, or a package and everything in it -> its level. Every top-level
@@ -44,7 +44,7 @@ LEVELS = {
     "minibert.checkpoints": 2,
     "minibert": 2,                  # the facade only (below, `minibert` does not cover its submodules)
     "minibert.tasks": 3,
-    "minibert.runs": 4,
+    "minibert.commands": 4,
     "minibert.walkthrough": 4,
     "minibert.coursework": 4,
 }
@@ -126,7 +126,7 @@ def test_the_levels_table_places_modules_as_the_readme_says():
     assert level_of("minibert.support.errors") == 0 and level_of("minibert.support") == 0
     assert level_of("minibert.tokenization") == 1 and level_of("minibert.checkpoints.safetensors") == 2
     assert level_of("minibert.pretraining") == LESSONS and level_of("minibert.tasks.squad") == LESSONS
-    assert level_of("minibert.runs.student_folder") == 4 and level_of("minibert.coursework.check") == 4
+    assert level_of("minibert.commands.distill") == 4 and level_of("minibert.coursework.check") == 4
     assert level_of("minibert.newpackage.module") is None      # a new subpackage must be given its level
 
 
@@ -166,12 +166,22 @@ def test_tokenization_and_checkpoints_share_hub_and_protobuf_from_below():
     assert not any(name.startswith("minibert.checkpoints") for name in graph["minibert.support.hub"])
 
 
-def test_a_run_calls_its_lesson():
-    # A run sits above its lesson and calls the lesson's own functions: the
+def test_a_command_calls_its_lesson():
+    # A command sits above its lesson and calls the lesson's own functions: the
     # step a student reads is the step that runs.
     graph = import_graph()
-    assert "minibert.pretraining" in graph["minibert.runs.pretraining"]
-    assert "minibert.distillation" in graph["minibert.runs.distillation"]
+    assert "minibert.pretraining" in graph["minibert.commands.train_mlm"]
+    assert "minibert.distillation" in graph["minibert.commands.distill"]
+
+
+def test_the_commands_are_named_after_their_scripts_and_no_command_shares_a_lesson_name():
+    # minibert/commands/finetune.py is finetune.py's code; minibert/finetuning.py is the lesson: one name each.
+    commands = {path.stem for path in (PACKAGE_DIR / "commands").glob("*.py")} - {"__init__"}
+    scripts = {path.stem for path in PACKAGE_DIR.parent.glob("*.py")}
+    assert scripts <= commands and commands - scripts == {"trainer"}, (scripts, commands)
+    lessons = {name.split(".")[1] for name in package_modules() if level_of(name) in (1, LESSONS) and
+               name.count(".") == 1}
+    assert not commands & lessons, commands & lessons
 
 
 # ----------------------------------------------------------------------------

@@ -696,11 +696,11 @@ def writer_args(script, data):
 def read_model(script, folder):
     """What a reader of the script's folder loads: the weights, by name."""
     if script == "finetune.py":
-        from minibert.runs.finetuning import load_task_model
+        from minibert.commands.finetune import load_task_model
         from minibert.tasks import make_task
         return load_task_model(folder, make_task)[0].state_dict()
     if script == "distill.py":
-        from minibert.runs.student_folder import load_student
+        from minibert.commands.distill import load_student
         return load_student(folder)[0].state_dict()
     from minibert.checkpoints import load_pretrained
     return load_pretrained(folder).state_dict()

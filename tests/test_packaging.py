@@ -190,5 +190,5 @@ def test_every_progress_display_is_tqdm_auto_so_a_notebook_draws_a_widget():
                 imports[path.relative_to(ROOT).as_posix()] = node.module
             elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "tqdm" for a in node.names):
                 imports[path.relative_to(ROOT).as_posix()] = "import tqdm"
-    assert {"minibert/runs/training.py", "minibert/probing.py", "minibert/finetuning.py"} <= set(imports)
+    assert {"minibert/commands/trainer.py", "minibert/probing.py", "minibert/finetuning.py"} <= set(imports)
     assert {path: module for path, module in imports.items() if module != "tqdm.auto"} == {}

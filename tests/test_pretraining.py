@@ -20,11 +20,11 @@ from minibert.support.caches import build_token_cache, check_token_cache
 from minibert.model import BertConfig, BertModel
 from minibert.pretraining import MaskedLMObjective, masked_lm_loss
 from minibert.pretraining_data import SENTENCE_END, split_sentences
-from minibert.runs.pretraining import pretrain
+from minibert.commands.train_mlm import pretrain
 from minibert.support.errors import MiniBertError
 from minibert.support.files import tokenizer_fingerprint
 from minibert.tokenization import Tokenizer, wordpiece_tokenizer
-from minibert.runs.training import load_checkpoint
+from minibert.commands.trainer import load_checkpoint
 from helpers import run_script_in_process
 from tiny_models import save_tiny_model, write_vocab
 
@@ -105,7 +105,7 @@ def test_a_few_steps_lower_the_loss(corpus_and_tokenizer, tmp_path):
 def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(corpus_and_tokenizer, tmp_path):
     files, tokenizer = corpus_and_tokenizer
     kwargs = dict(pair_objective="nsp", grad_accum_steps=2)
-    from minibert.runs.training import load_checkpoint
+    from minibert.commands.trainer import load_checkpoint
     run_pretrain(files, tokenizer, tmp_path / "straight", steps=12, **kwargs)
     # The interrupted run: a first process stops after 5 steps (its schedule
     # still planned for 12), a second resumes from the checkpoint.
@@ -134,7 +134,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(corpus_
                           str(REPO / "train_mlm.py"), *args, "--output", str(tmp_path / "two")],
                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
-    from minibert.runs.training import load_checkpoint
+    from minibert.commands.trainer import load_checkpoint
     a = load_checkpoint(tmp_path / "one" / "checkpoint.pt")["model"]
     b = load_checkpoint(tmp_path / "two" / "checkpoint.pt")["model"]
     for name in a:
@@ -164,7 +164,7 @@ def test_bundled_model_predicts_masked_tokens_of_a_held_out_book(tmp_path):
     masked-token accuracy there should be near the model card's 52.6%."""
     from minibert.checkpoints import load_pretrained
     from minibert.pretraining import evaluate_mlm
-    from minibert.runs.pretraining import corpus_batches
+    from minibert.commands.train_mlm import corpus_batches
     from minibert.tokenization import load_tokenizer
     tokenizer = load_tokenizer()
     batches = corpus_batches([SHARED_CORPUS / "pg11_alice_in_wonderland.txt"], tokenizer, tmp_path, 128, 32,
@@ -243,7 +243,8 @@ def test_a_damaged_token_cache_marker_is_rebuilt_or_reported(corpus_and_tokenize
 
 
 def test_the_final_save_replaces_the_whole_model_or_nothing(corpus_and_tokenizer, tmp_path, monkeypatch):
-    from minibert.runs import pretraining
+    import minibert.checkpoints
+    from minibert.commands import train_mlm as train_mlm_command
     files, tokenizer = corpus_and_tokenizer
     run = tmp_path / "run"
     run_pretrain(files, tokenizer, run, steps=2)                       # a model, its checkpoint and its cache
@@ -253,15 +254,15 @@ def test_the_final_save_replaces_the_whole_model_or_nothing(corpus_and_tokenizer
     def dies_after_the_weights(model, folder, tokenizer=None):     # as a kill or a full disk half-way would
         (folder / "model.safetensors").write_bytes(b"new weights")
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(pretraining, "save_pretrained", dies_after_the_weights)
+    monkeypatch.setattr(minibert.checkpoints, "save_pretrained", dies_after_the_weights)
     with pytest.raises(MiniBertError, match="run: cannot write it \\(No space left on device.*the previous folder is unchanged"):
-        pretraining.save_model_folder(model, tokenizer, run)
+        train_mlm_command.save_model_folder(model, tokenizer, run)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before   # the old model, whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]                        # no staging folder left
     monkeypatch.undo()
     (run / "task.json").write_text("{}")                 # as if --force had been given a fine-tuned folder
     (run / "metrics.json").write_text("{}")
-    pretraining.save_model_folder(model, tokenizer, run)
+    train_mlm_command.save_model_folder(model, tokenizer, run)
     assert not (run / "task.json").exists() and not (run / "metrics.json").exists()   # no stale record
     assert (run / "model.safetensors").read_bytes() != before["model.safetensors"]
     assert (run / "checkpoint.pt").read_bytes() == before["checkpoint.pt"] and (run / "cache").is_dir()
@@ -513,12 +514,12 @@ def test_a_prepared_token_cache_as_corpus_trains_with_its_vocab_and_without_one_
 
 def test_a_finished_run_removes_its_token_cache_before_its_checkpoint_so_a_kill_between_stays_resumable(
         corpus_and_tokenizer, tmp_path, monkeypatch):
-    from minibert.runs import pretraining as pretraining_run
+    from minibert.commands import train_mlm as train_mlm_command
     files, tokenizer = corpus_and_tokenizer
 
     def killed(*args, **kwargs):                          # the run dies as it starts removing the cache
         raise KeyboardInterrupt
-    monkeypatch.setattr(pretraining_run.shutil, "rmtree", killed)
+    monkeypatch.setattr(train_mlm_command.shutil, "rmtree", killed)
     with pytest.raises(KeyboardInterrupt):
         run_pretrain(files, tokenizer, tmp_path / "run", steps=2, keep_checkpoint=False)
     monkeypatch.undo()

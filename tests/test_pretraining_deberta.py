@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.pretraining import MaskedLMObjective
-from minibert.runs.pretraining import build_model, pretrain
-from minibert.runs.training import load_checkpoint
+from minibert.commands.train_mlm import build_model, pretrain
+from minibert.commands.trainer import load_checkpoint
 from helpers import run_script_in_process
 from test_pretraining import write_corpus
 
@@ -55,7 +55,7 @@ def train_mlm(capsys, *args):
 
 def test_train_mlm_arch_deberta_builds_v3_switches_and_lowers_the_loss(corpus, tmp_path, capsys, monkeypatch):
     summary_file = tmp_path / "summary.json"
-    monkeypatch.setattr("minibert.runs.pretraining.save_model_folder", lambda *args: None)   # the last test saves
+    monkeypatch.setattr("minibert.commands.train_mlm.save_model_folder", lambda *args: None)   # the last test saves
     code, _, err = train_mlm(capsys, "--corpus", *corpus, "--output", tmp_path / "run", *TINY_FLAGS,
                              "--steps", "40", "--json", summary_file)
     assert code == 0, err
@@ -81,7 +81,7 @@ def test_resumed_deberta_run_ends_with_the_same_weights_as_an_uninterrupted_one(
     config = tiny_deberta_config(tokenizer.vocab_size)        # dropout 0.1: its generator is resumed too
     settings = dict(batch_size=8, grad_accum_steps=2, steps=8, learning_rate=3e-3, warmup_steps=2, eval_every=0,
                     checkpoint_every=0, max_seq_len=32, seed=3, progress=False, device="cpu", keep_checkpoint=True)
-    monkeypatch.setattr("minibert.runs.pretraining.save_model_folder", lambda *args: None)   # weights: checkpoint.pt
+    monkeypatch.setattr("minibert.commands.train_mlm.save_model_folder", lambda *args: None)   # weights: checkpoint.pt
     pretrain(corpus, tmp_path / "straight", config, tokenizer, **settings)
     # A first process stops after its first step (its schedule still planned for 8), a second resumes.
     pretrain(corpus, tmp_path / "resumed", config, tokenizer, max_minutes=0.0, **settings)
@@ -146,7 +146,7 @@ def test_pair_objective_auto_means_mlm_only_for_a_deberta_config_file(corpus, tm
     from minibert.tokenization import Tokenizer
     vocab_size = Tokenizer.train_wordpiece(corpus, vocab_size=200).vocab_size
     config_file.write_text(json.dumps(tiny_deberta_config(vocab_size).to_dict()))
-    monkeypatch.setattr("minibert.runs.pretraining.save_model_folder", lambda *args: None)
+    monkeypatch.setattr("minibert.commands.train_mlm.save_model_folder", lambda *args: None)
     flags = [f for f in TINY_FLAGS if f not in ("--arch", "deberta")]
     code, _, err = train_mlm(capsys, "--corpus", *corpus, "--output", tmp_path / "run", *flags, "--steps", "1",
                              "--config", config_file, "--pair-objective", "auto", "--keep-checkpoint")

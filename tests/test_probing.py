@@ -16,7 +16,7 @@ from minibert import probing
 from minibert.checkpoints import load_pretrained
 from minibert.support.errors import MiniBertError
 from minibert.model import BertModel, MaskedLMHead
-from minibert.runs.probing import read_sentences
+from minibert.commands.probe import read_sentences
 from minibert.tokenization import load_tokenizer
 from helpers import error_line, run_script, run_script_in_process
 from tiny_models import SENTENCES, save_tiny_model, tiny_config, write_vocab
@@ -176,10 +176,10 @@ def test_cli_plot_names_a_model_given_as_a_long_path_by_its_folder(tmp_path, cap
     folder = tmp_path / "a-folder-with-a-long-name" / "experiments" / "seed-0" / "tiny-bert"
     save_tiny_model(folder)
     (tmp_path / "s.txt").write_text("\n".join(SENTENCES) + "\n")
-    from minibert.runs import probing as probe_run
+    from minibert.commands import probe as probe_command
     from minibert.support.plots import plot_probe
     drawn = {}
-    monkeypatch.setattr(probe_run, "save_plot", lambda results, path: drawn.update(figure=plot_probe(results, path)))
+    monkeypatch.setattr(probe_command, "save_plot", lambda results, path: drawn.update(figure=plot_probe(results, path)))
     code, captured = run_script_in_process(capsys, "probe.py", "--model", folder, "--text", tmp_path / "s.txt",
                                            "--max-sentences", 4, "--plot", tmp_path / "probe.png")
     assert code == 0, captured.err

@@ -309,7 +309,7 @@ def test_parameter_gradients_equal_the_task_loss_plus_lambda_times_the_adversari
 
 
 def test_losses_through_a_ddp_wrapper_give_the_plain_models_gradients(tmp_path):
-    """The model runs.training.train passes under torchrun is a DistributedDataParallel
+    """The model commands.trainer.train passes under torchrun is a DistributedDataParallel
     wrapper: the same losses and gradients, and a second step does not trip
     DDP's reducer (it would if the ascent step had fired its gradient hooks)."""
     import torch.distributed as dist

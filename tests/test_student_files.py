@@ -11,7 +11,7 @@ from distill_helpers import make_distillation_data
 from helpers import error_line, run_script, run_script_in_process
 from minibert.augment import split_words
 from minibert.distillation import DistillationSettings, PAPER_CONFIGS, PieceTokenizer, WordTokenizer, build_vocabulary
-from minibert.runs.distillation import load_teacher
+from minibert.commands.distill import load_teacher
 from minibert.support.errors import MiniBertError
 from minibert.support.student_files import (check_files, check_run, check_word_vectors, pos_file_path,
                                             read_word_vectors, tagged_lines, tagged_word_counts,

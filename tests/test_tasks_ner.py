@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from minibert.runs import finetuning as finetuning_run
+from minibert.commands import finetune as finetune_command
 from minibert.support.errors import MiniBertError
 from minibert.model import BertConfig, BertModelOutput
 from minibert.heads import IGNORE_INDEX
@@ -288,7 +288,7 @@ def tiny_conll(count, seed):
 
 
 def make_task(name, labels=None, settings=None):
-    """finetuning_run.load_task_model's task factory, for the one task here."""
+    """finetune_command.load_task_model's task factory, for the one task here."""
     assert name == "conll2003"
     return NerTask(labels=labels)
 
@@ -306,16 +306,16 @@ def test_fine_tune_learns_and_the_saved_model_predicts(tmp_path):
     train, evaluation = task.read(tmp_path / "train.txt"), task.read(tmp_path / "eval.txt")
     assert task.labels == ["O", "B-LOC", "B-PER", "I-PER"]
 
-    summary = finetuning_run.fine_tune(task, tmp_path / "base", train, evaluation, tmp_path / "out", epochs=10,
+    summary = finetune_command.fine_tune(task, tmp_path / "base", train, evaluation, tmp_path / "out", epochs=10,
                                    batch_size=8, learning_rate=3e-3, max_seq_len=64, warmup=0.0, progress=False)
     losses = [record["ner_loss"] for record in summary["history"] if "ner_loss" in record]
     f1s = [metrics["f1"] for metrics in summary["epochs_history"]]
     assert losses[-1] < 0.3 * losses[0]
     assert f1s[-1] > f1s[0] and summary["best"]["f1"] >= 80.0
 
-    model, loaded, _, record = finetuning_run.load_task_model(tmp_path / "out", make_task)
+    model, loaded, _, record = finetune_command.load_task_model(tmp_path / "out", make_task)
     assert loaded.labels == task.labels and record["max_seq_len"] == 64
-    loaded_task, examples, predictions = finetuning_run.predict([tmp_path / "out"], tmp_path / "eval.txt", make_task,
+    loaded_task, examples, predictions = finetune_command.predict([tmp_path / "out"], tmp_path / "eval.txt", make_task,
                                                             progress=False)
     assert loaded_task.metrics(examples, predictions)["f1"] == pytest.approx(summary["best"]["f1"])
     loaded_task.write_predictions(examples, predictions, tmp_path / "predictions.txt")

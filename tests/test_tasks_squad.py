@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from minibert.runs import finetuning as finetuning_run
+from minibert.commands import finetune as finetune_command
 from minibert.support.errors import MiniBertError
 from minibert.metrics import squad_v1_metrics, squad_v2_metrics
 from minibert.model import BertModelOutput
@@ -464,20 +464,20 @@ def test_fine_tune_load_and_predict(tmp_path, one_thread):
     task = SquadTask(max_query_len=16)
     # Contexts reach 60 tokens: with max_seq_len 64 some questions need two windows.
     assert len(task.features(train, load_tokenizer(tmp_path / "base"), 64)) > len(train)
-    summary = finetuning_run.fine_tune(task, tmp_path / "base", train, dev, tmp_path / "out", epochs=10, batch_size=8,
+    summary = finetune_command.fine_tune(task, tmp_path / "base", train, dev, tmp_path / "out", epochs=10, batch_size=8,
                                    learning_rate=3e-3, max_seq_len=64, progress=False, record_fields=task.settings)
     f1 = [epoch["f1"] for epoch in summary["epochs_history"]]
     # Measured: from 10-20 after the first epoch to 85-100 (over six data and training seeds).
     assert f1[0] < 50 and summary["best"]["f1"] > 80 and summary["best"]["f1"] - f1[0] > 40, f1
 
-    model, loaded, tokenizer, record = finetuning_run.load_task_model(tmp_path / "out", make_task)
+    model, loaded, tokenizer, record = finetune_command.load_task_model(tmp_path / "out", make_task)
     assert loaded.settings == task.settings and loaded.max_query_len == 16   # saved by fine_tune(record_fields=...)
     write_squad(tmp_path / "dev.json", dev, "1.1")
-    loaded, examples, predictions = finetuning_run.predict([tmp_path / "out"], tmp_path / "dev.json", make_task,
+    loaded, examples, predictions = finetune_command.predict([tmp_path / "out"], tmp_path / "dev.json", make_task,
                                                        progress=False)
     assert loaded.metrics(examples, predictions) == pytest.approx(summary["best"])
     # An "ensemble" of the model with itself averages equal probabilities.
-    _, _, twice = finetuning_run.predict([tmp_path / "out"] * 2, tmp_path / "dev.json", make_task, progress=False)
+    _, _, twice = finetune_command.predict([tmp_path / "out"] * 2, tmp_path / "dev.json", make_task, progress=False)
     assert twice.answers == predictions.answers
     loaded.write_predictions(examples, predictions, tmp_path / "predictions.json")
     assert json.loads((tmp_path / "predictions.json").read_text()) == predictions.answers

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
-from minibert.runs.training import (BudgetClock, Context, TrainingConfig, evaluation_line, load_checkpoint,
+from minibert.commands.trainer import (BudgetClock, Context, TrainingConfig, evaluation_line, load_checkpoint,
                                     progress_postfix, rows_for_rank, train)
 from minibert.training import (SCHEDULES, AdamW, BertAdam, adamw_update, make_optimizer,
                                parameter_groups, progress_schedule, rise_then_fall, training_step,
@@ -651,7 +651,7 @@ def test_exercise_training_step_adds_micro_batches_up_to_one_batch_twice_as_larg
 
 
 def test_a_resume_with_another_model_config_names_only_the_fields_that_differ(tmp_path):
-    from minibert.runs.training import check_same_run
+    from minibert.commands.trainer import check_same_run
     saved = {"model_config": {**small_config().to_dict()}, "batch_size": 2}
     changed = {"model_config": {**small_config(hidden_size=16, num_hidden_layers=3).to_dict()}, "batch_size": 2}
     with pytest.raises(MiniBertError) as caught:

@@ -9,6 +9,8 @@
   name_maps.py      our tensor names <-> Hugging Face's <-> Google TF's, one
                     printable table per family (deberta_names.py: DeBERTa's)
   task_heads.py     a fine-tuned folder's head under transformers' names
+  task_folders.py   a task folder trained with transformers (no task.json), read
+                    with a task name and a label map
   tf_bundle.py      TensorFlow's TensorBundle (index + data), read without TensorFlow
   safetensors.py    the safetensors format, read and written without the package
 """

@@ -4,6 +4,7 @@
     python -m minibert.coursework student ../hw [--assignment 1 2]
     python -m minibert.coursework check --assignment 1 [--repo ../hw] [--json results.json]
     python -m minibert.coursework check attention layer-norm --repo ../hw --time-limit 60
+    python -m minibert.coursework check --assignment 8 --repo ../hw --data DATA   (DATA/sst2/*.tsv)
     python -m minibert.coursework autograder ../autograder.zip --assignment 1   (for Gradescope)
     python -m minibert.coursework sweep       (every exercise non-empty and independent)
 
@@ -23,13 +24,15 @@ from pathlib import Path
 
 from minibert.coursework import check as grading
 from minibert.coursework import sandbox
-from minibert.coursework.exercises import ASSIGNMENTS, CourseworkError, find_regions
-from minibert.coursework.milestone import TARGET_PERCENT
+from minibert.coursework.exercises import ASSIGNMENTS, TESTS_FOLDER, CourseworkError, find_regions
+from minibert.coursework.milestone import SST2_FILES, TARGET_PERCENT, missing_data
 from minibert.support.cli import ArgumentParser, HelpFormatter, int_between, run
 from minibert.support.errors import MiniBertError
 from minibert.support.files import atomic_write, temporary_name
 
-REPO = Path(__file__).resolve().parents[2]
+# The checkout this minibert package was imported from: what --repo and
+# --reference mean when not given. The library takes both as arguments.
+CHECKOUT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = int_between(1, len(ASSIGNMENTS), " (an assignment number)")
 RESULTS_ROOM = 1 << 16      # bytes --json's folder must take before grading: more than any results.json
 
@@ -72,9 +75,19 @@ def write_student(repo, outdir, assignments):
     return 0
 
 
+def require_data(data, chosen):
+    """--data, where the exercises `chosen` switch on an end-to-end row that
+    reads SST-2: given, and holding the files that row reads."""
+    needed = grading.data_files(chosen)
+    problem = missing_data(data, needed) if needed else None
+    if problem:
+        raise CourseworkError(f"{problem} (the end-to-end rows of these exercises read it)")
+
+
 def run_check(args):
+    require_data(args.data, grading.select(args.exercises, args.assignment))
     json_path = check_results_path(args.json, args.repo, args.reference) if args.json else None
-    grade = grading.check(args.repo, args.exercises, args.assignment, args.reference, data=args.data,
+    grade = grading.check(args.repo, args.exercises, args.assignment, reference=args.reference, data=args.data,
                           exercise_seconds=args.time_limit, import_seconds=args.time_limit,
                           total_seconds=args.total_limit, milestone_seconds=args.milestone_time_limit,
                           milestone_target=args.milestone_target, unsandboxed=args.unsandboxed,
@@ -112,9 +125,9 @@ def check_results_path(path, submission, reference, package_name="the submission
         package = Path(submission) / "minibert"
     for folder, what in ((package, package_name),
                          (Path(reference) / "minibert", "the instructor's package"),
-                         (Path(reference) / "tests", "the instructor's tests")):
+                         (Path(reference) / TESTS_FOLDER, "the instructor's tests")):
         folder = Path(folder).resolve()
-        if resolved == folder or folder in resolved.parents:
+        if resolved.is_relative_to(folder):
             raise CourseworkError(f"--json {path}: inside {what} ({folder}); write the results elsewhere")
     if path.exists() and not is_results_file(path):
         raise CourseworkError(f"--json {path}: exists and is not a results file this command wrote; give a new "
@@ -149,21 +162,13 @@ def is_results_file(path):
 
 
 def write_autograder(args):
-    from minibert.coursework.autograder import DATA_FILES, write_autograder
+    from minibert.coursework.autograder import write_autograder
     chosen = grading.select(args.exercises, args.assignment)   # the names are checked here, not on Gradescope
+    require_data(args.data, chosen)
     selection = list(args.exercises) + (["--assignment", *map(str, args.assignment)] if args.assignment else [])
-    if args.data is not None:
-        missing = [name for name in DATA_FILES if not (args.data / name).is_file()]
-        if missing:
-            raise CourseworkError(f"--data {args.data}: no {' or '.join(missing)} there; give the folder holding "
-                                  f"sst2/train.tsv and sst2/dev.tsv, or leave --data out")
-    data = args.data or grading.default_data(args.repo)
-    names, missing = write_autograder(args.repo, args.archive, selection, data)
+    names = write_autograder(args.repo, args.archive, selection, args.data)
     print(f"wrote {args.archive}: {len(names)} files; grades {len(chosen)} exercises "
           f"({' '.join(selection) or 'all'})")
-    if missing:
-        print(f"note: no {', '.join(missing)} under {data or '--data'}: the rows that need them are left out "
-              f"on Gradescope (give the data folder with --data)")
     print("upload it as the autograder of a programming assignment (base image: Ubuntu, Python 3.10 or newer)")
     return 0
 
@@ -187,6 +192,7 @@ def run_sweep(repo, full, json_path):
 
 def main(argv=None):
     parser = ArgumentParser(prog="python -m minibert.coursework", description=__doc__, formatter_class=HelpFormatter)
+    data_rows = " and ".join(row for row, _, _, needs in grading.END_TO_END if needs)
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="the assignments and their exercises")
     student = commands.add_parser("student", help="a copy of the repository with the exercises blanked")
@@ -194,13 +200,12 @@ def main(argv=None):
     grade = commands.add_parser("check", help="run the exercises' tests on a copy and score them")
     grade.add_argument("exercises", nargs="*", metavar="EXERCISE", help="exercise names (default: all)")
     grade.add_argument("--json", metavar="RESULTS", help="also write Gradescope's results.json here")
-    grade.add_argument("--reference", type=Path, default=REPO, metavar="DIR",
+    grade.add_argument("--reference", type=Path, default=CHECKOUT, metavar="DIR",
                        help="the instructor's checkout: its tests, fixtures and outputs grade the submission "
                             "(default: this checkout, so a submission's own tests never count)")
     grade.add_argument("--data", type=Path, metavar="DIR",
-                       help="the data folder holding sst2/train.tsv and sst2/dev.tsv for the end-to-end rows "
-                            "(default: ../shared/data next to the reference, where present; rows whose data is "
-                            "absent are left out and named in a note)")
+                       help=f"the data folder holding {' and '.join(SST2_FILES)}, which the end-to-end rows "
+                            f"{data_rows} read; needed only where the exercises chosen switch one of them on")
     grade.add_argument("--time-limit", type=positive_seconds, default=grading.EXERCISE_SECONDS, metavar="S",
                        help="seconds each exercise's tests (and the package's import) may take; one that runs "
                             "longer scores 0 and the others go on (default: %(default)s)")
@@ -223,8 +228,8 @@ def main(argv=None):
     zipping.add_argument("archive", metavar="ARCHIVE", help="the .zip to write, outside the repository")
     zipping.add_argument("exercises", nargs="*", metavar="EXERCISE", help="exercise names (default: all)")
     zipping.add_argument("--data", type=Path, metavar="DIR",
-                         help="the data folder whose sst2/train.tsv and sst2/dev.tsv go into the archive, for "
-                              "the end-to-end rows (default: ../shared/data next to the repository, where present)")
+                         help=f"the data folder whose {' and '.join(SST2_FILES)} go into the archive, for the "
+                              f"end-to-end rows; needed only where the exercises chosen switch one of them on")
     sweeping = commands.add_parser("sweep", help="prove every exercise is non-empty and independent")
     sweeping.add_argument("--full", action="store_true", help="rerun every test in every round")
     sweeping.add_argument("--json", metavar="REPORT", help="also write the report as JSON")
@@ -236,7 +241,8 @@ def main(argv=None):
     for command, what in ((listing, "the repository to scan"), (student, "the repository to copy"),
                           (grade, "the submission to grade: a repository, a folder holding one, or its minibert/ package"),
                           (zipping, "the instructor's checkout to pack"), (sweeping, "the repository to sweep")):
-        command.add_argument("--repo", type=Path, default=REPO, metavar="DIR", help=f"{what} (default: this checkout)")
+        command.add_argument("--repo", type=Path, default=CHECKOUT, metavar="DIR",
+                             help=f"{what} (default: this checkout)")
     args = parser.parse_args(argv)
     if args.command == "list":
         return list_exercises(args.repo)

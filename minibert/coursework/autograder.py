@@ -6,8 +6,9 @@ submission (the student's files in /autograder/submission, the grade expected
 in /autograder/results/results.json). The archive written here holds the
 instructor's checkout (the files git knows, as a student copy does), the two
 scripts of minibert/coursework/gradescope/ at its root, with the exercises to
-grade written into run_autograder, and the SST-2 files the end-to-end rows
-need under data/sst2/, outside the list of the checkout's files
+grade written into run_autograder, and the SST-2 files of the data folder
+given (the end-to-end rows read them) under data/sst2/, outside the list of
+the checkout's files
 (student.MANIFEST_NAME) from which every graded tree is written: source/
 is no git checkout, and without the list the data and its labels would be
 copied into the tree the submission runs in.
@@ -18,11 +19,11 @@ import zipfile
 from pathlib import Path
 
 from minibert.coursework.exercises import CourseworkError
+from minibert.coursework.milestone import SST2_FILES, missing_data
 from minibert.coursework.student import MANIFEST_NAME, repository_files
 from minibert.support.files import atomic_write
 
 SCRIPTS = Path(__file__).with_name("gradescope")
-DATA_FILES = ("sst2/train.tsv", "sst2/dev.tsv")
 
 
 def run_autograder_script(selection):
@@ -32,15 +33,19 @@ def run_autograder_script(selection):
 
 
 def write_autograder(repo, archive, selection, data=None):
-    """Write the archive; returns the names it holds."""
+    """Write the archive of the checkout `repo`, grading `selection` (check's
+    arguments), with the SST-2 files of the folder `data` (None: no data);
+    returns the names it holds."""
     repo, archive = Path(repo).resolve(), Path(archive)
-    if archive.resolve() == repo or repo in archive.resolve().parents:
+    if archive.resolve().is_relative_to(repo):
         raise CourseworkError(f"{archive}: inside the repository {repo}; write the archive elsewhere")
     if archive.suffix != ".zip":
         raise CourseworkError(f"{archive}: expected a .zip file name (Gradescope takes a zip archive)")
     if archive.exists() and not archive.is_file():
         raise CourseworkError(f"{archive}: exists and is not a file")
-    present = [name for name in DATA_FILES if data and (Path(data) / name).is_file()]
+    problem = missing_data(data) if data is not None else None
+    if problem:
+        raise CourseworkError(f"{problem}; give the folder holding {' and '.join(SST2_FILES)}")
     names = []
     with atomic_write(archive, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
         files = [name for name in repository_files(repo) if name != MANIFEST_NAME]
@@ -56,7 +61,7 @@ def write_autograder(repo, archive, selection, data=None):
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, text)
             names.append(script)
-        for name in present:
+        for name in SST2_FILES if data is not None else ():
             z.write(Path(data) / name, f"data/{name}")
             names.append(f"data/{name}")
-    return names, [name for name in DATA_FILES if name not in present]
+    return names

@@ -46,10 +46,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minibert.coursework import sandbox
-from minibert.coursework.exercises import ASSIGNMENT_OF, CourseworkError, assignment, exercise_tests, find_regions
+from minibert.coursework import milestone, sandbox
+from minibert.coursework.exercises import (ASSIGNMENT_OF, TESTS_FOLDER, CourseworkError, assignment, exercise_tests,
+                                           find_regions, test_prefix)
 
-HERE_REPO = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("runner.py")
 PROBES = Path(__file__).with_name("probes.py")
 
@@ -78,11 +78,12 @@ FORBIDDEN = {
     "log-bucket": {"functions": ("make_log_bucket_position",)},
 }
 
-# End-to-end rows: (row name, what the child runs, the exercises that switch it on, data it needs).
+# End-to-end rows: (row name, what the child runs, the exercises that switch it on, the files it
+# reads from the data folder: the milestone trains on train.tsv and is scored here on dev.tsv).
 END_TO_END = (
-    ("attention:bundled-model", "attention", ("attention",), None),
-    ("wordpiece:sst2-dev", "wordpiece", ("basic-tokenizer", "wordpiece"), "sst2/dev.tsv"),
-    ("milestone:sst2-fine-tuning", "milestone", ("adamw-update", "training-step"), "sst2/train.tsv"),
+    ("attention:bundled-model", "attention", ("attention",), ()),
+    ("wordpiece:sst2-dev", "wordpiece", ("basic-tokenizer", "wordpiece"), ("sst2/dev.tsv",)),
+    ("milestone:sst2-fine-tuning", "milestone", ("adamw-update", "training-step"), milestone.SST2_FILES),
 )
 END_TO_END_OF = {child: row for row, child, _, _ in END_TO_END}
 
@@ -116,6 +117,13 @@ def select(names=(), assignments=()):
     if not names and not assignments:
         chosen = set(ASSIGNMENT_OF)
     return [n for n in ASSIGNMENT_OF if n in chosen]
+
+
+def data_files(chosen):
+    """The files of the data folder that the end-to-end rows switched on by
+    the exercises `chosen` read, in milestone.SST2_FILES's order."""
+    needed = {name for _, _, switches, needs in END_TO_END if any(e in chosen for e in switches) for name in needs}
+    return tuple(name for name in milestone.SST2_FILES if name in needed)
 
 
 # ---- the submission --------------------------------------------------------
@@ -196,7 +204,9 @@ def _pytest_ini(reference, scratch):
 def _hidden_folders(reference, data):
     """What must stay out of the jail even where it lies inside a folder the
     jail mounts (the Python installation, /usr): the instructor's checkout,
-    the data, and any other minibert package the grading Python could find."""
+    the data, and any other minibert package the grading Python could find
+    (on Gradescope, the checkout and the data are /autograder/source and
+    source/data)."""
     hidden = {Path(reference).resolve()}
     if data is not None:
         hidden.add(Path(data).resolve())
@@ -204,9 +214,6 @@ def _hidden_folders(reference, data):
         candidate = Path(entry or ".").resolve() / "minibert"
         if (candidate / "__init__.py").is_file():
             hidden.add(candidate)
-    for folder in ("/autograder/source", "/autograder/results", "/autograder/submission"):
-        if Path(folder).is_dir():
-            hidden.add(Path(folder))
     return sorted(str(h) for h in hidden)
 
 
@@ -271,7 +278,8 @@ def _one_child(items, outcomes, *, place, spec_extra, limits, deadline):
     at = place.paths(tmp)
     read_end, write_end = os.pipe()
     exercises = [exercise for exercise, _ in items if not exercise.startswith("end-to-end:")]
-    spec = {**spec_extra, "fd": write_end, "tree": str(at["tree"]), "tmp": str(at["tmp"]), "graded": place.graded,
+    spec = {**spec_extra, "fd": write_end, "tree": str(at["tree"]), "tests_folder": str(at["tree"] / TESTS_FOLDER),
+            "tmp": str(at["tmp"]), "graded": place.graded,
             "ini": str(at["ini"]), "probes": str(at["probes"]), "inputs": str(at["inputs"]),
             "tests": [[exercise, test] for exercise, tests in items if not exercise.startswith("end-to-end:")
                       for test in tests],
@@ -521,27 +529,24 @@ def _show(value):
 # ---- the grade -------------------------------------------------------------
 
 
-def default_data(reference):
-    candidate = Path(reference).resolve().parent / "shared" / "data"
-    return candidate if candidate.is_dir() else None
-
-
-def check(submission=None, names=(), assignments=(), reference=None, *, data=None, exercise_seconds=EXERCISE_SECONDS,
+def check(submission=None, names=(), assignments=(), *, reference, data=None, exercise_seconds=EXERCISE_SECONDS,
           import_seconds=IMPORT_SECONDS, total_seconds=TOTAL_SECONDS, milestone_seconds=MILESTONE_SECONDS,
           milestone_target=None, threads=1, unsandboxed=False, limits=None):
     """Grade `submission` (a repository, a folder one level above one, or a
     minibert/ package; default: the reference itself) with the tests,
-    fixtures and outputs of `reference` (the instructor's checkout; default:
-    the one this code is in). The submission runs in a bubblewrap jail with
+    fixtures and outputs of `reference` (the instructor's checkout). `data`:
+    the folder holding SST-2 (milestone.SST2_FILES); an end-to-end row that
+    reads a file it lacks (every such row, when `data` is None) is left out
+    with a note, where the command line refuses to grade at all
+    (__main__.require_data). The submission runs in a bubblewrap jail with
     `limits` (sandbox.Limits); `unsandboxed=True` grades without one where
     none can be built, and every report says so. Returns a Grade."""
-    from minibert.coursework import milestone
     from minibert.coursework.student import write_student_copy
     began = time.monotonic()
     deadline = began + total_seconds
-    reference = Path(reference or HERE_REPO).resolve()
-    if not (reference / "minibert").is_dir() or not (reference / "tests").is_dir():
-        raise CourseworkError(f"{reference}: not a minibert checkout (no minibert/ and tests/)")
+    reference = Path(reference).resolve()
+    if not (reference / "minibert").is_dir() or not (reference / TESTS_FOLDER).is_dir():
+        raise CourseworkError(f"{reference}: not a minibert checkout (no minibert/ and {TESTS_FOLDER}/)")
     notes = []
     if unsandboxed:
         notes.append(UNSANDBOXED_NOTE)
@@ -551,7 +556,7 @@ def check(submission=None, names=(), assignments=(), reference=None, *, data=Non
         except sandbox.SandboxUnavailable as e:
             raise CourseworkError(f"{e}; grading without it lets the submission read and change this machine's "
                                   f"files: give --unsandboxed to grade anyway (the results say so)") from None
-    data = Path(data).resolve() if data else default_data(reference)
+    data = Path(data).resolve() if data is not None else None
     chosen = select(names, assignments)
     try:
         package = find_package(submission or reference)
@@ -563,9 +568,9 @@ def check(submission=None, names=(), assignments=(), reference=None, *, data=Non
     wanted = []
     for row, child, switches, needs in END_TO_END:
         if any(e in chosen for e in switches):
-            if needs and (data is None or not (data / needs).is_file()):
-                notes.append(f"{row}: not graded here (no {needs} under the data folder "
-                             f"{data or '../shared/data'}; give it with --data)")
+            problem = milestone.missing_data(data, needs) if needs else None
+            if problem:
+                notes.append(f"{row}: not graded here ({problem})")
             else:
                 wanted.append(child)
     with tempfile.TemporaryDirectory(prefix="minibert-grade-") as scratch:
@@ -623,7 +628,7 @@ def _exercise_row(name, own, expected, found, regions):
         return Row(name, number, 0.0, 1.0, "failed", note, seconds)
 
     if not own:
-        return failed(f"no test_exercise_{name.replace('-', '_')}* test found under tests/")
+        return failed(f"no {test_prefix(name)}* test found under {TESTS_FOLDER}/")
     ids = sorted(t for t in expected.tests if t.split("[")[0] in {f"{f}::{fn}" for f, fn in own})
     if not ids:
         return failed(f"the instructor's checkout did not run this exercise's tests: "
@@ -681,7 +686,6 @@ def _hidden_problem(name, expected, found, regions):
 
 
 def _end_to_end_row(child, expected, found, dev_pairs, milestone_target):
-    from minibert.coursework import milestone
     row = END_TO_END_OF[child]
     first = dict((r, s) for r, _, s, _ in END_TO_END)[row][0]
     number = ASSIGNMENT_OF.get(first, milestone.ASSIGNMENT)
@@ -738,7 +742,7 @@ def _compare_tokens(mine, theirs):
 
 def table(grade):
     """The rows as a plain-text table with a total, then the notes."""
-    rows = grade.rows if isinstance(grade, Grade) else grade
+    rows = grade.rows
     width = max([len(r.name) for r in rows] + [len("exercise")])
     lines = [f"{'exercise':<{width}}  asg  points  result   note", "-" * (width + 40)]
     for r in rows:
@@ -746,7 +750,7 @@ def table(grade):
         lines.append(f"{r.name:<{width}}  {r.assignment:>3}  {points:>6}  {r.status:<7}  {r.output}")
     score, total = sum(r.points for r in rows), sum(r.max_points for r in rows)
     lines += ["-" * (width + 40), f"{'total':<{width}}       {score:g}/{total:g}"]
-    for note in getattr(grade, "notes", []):
+    for note in grade.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
 
@@ -768,5 +772,4 @@ def gradescope(grade):
 
 
 def all_passed(grade):
-    rows = grade.rows if isinstance(grade, Grade) else grade
-    return bool(rows) and all(r.status == "passed" for r in rows)
+    return bool(grade.rows) and all(r.status == "passed" for r in grade.rows)

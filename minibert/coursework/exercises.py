@@ -9,6 +9,8 @@ the body's indentation:
 
 `find_regions` scans minibert/ for them and checks them against the table
 below; `blank` replaces a region's lines by one `raise NotImplementedError`.
+An exercise's tests are the `test_exercise_<name>*` functions of the
+checkout's tests/ folder (`exercise_tests`).
 """
 
 import ast
@@ -19,6 +21,9 @@ from pathlib import Path
 from minibert.support.errors import MiniBertError
 
 TABLE_FILE = "minibert/coursework/exercises.py"
+# A checkout holds the package and, beside it, this folder of tests: the
+# exercises' tests and the helper modules they import (it goes on sys.path).
+TESTS_FOLDER = "tests"
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,23 @@ def find_regions(repo):
     """Every region under repo/minibert: (regions in table order, errors).
     Errors: bad markers (see scan_text), a name marked twice, and a name of
     the table marked nowhere."""
+    regions, errors, missing = _regions_and_errors(repo)
+    return regions, errors + missing
+
+
+def regions_to_blank(repo):
+    """The regions of repo/minibert for a tool that rewrites them (the
+    student copy, the sweep): (regions, missing), where `missing` names the
+    exercises of the table marked nowhere (a repository may hold part of
+    the table). Any other error (a bad marker, a name marked twice) raises."""
+    regions, errors, missing = _regions_and_errors(repo)
+    if errors:
+        raise CourseworkError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+    return regions, missing
+
+
+def _regions_and_errors(repo):
+    """(regions in table order, errors in the markers, exercises marked nowhere)."""
     repo = Path(repo)
     regions, errors = [], []
     for file in lesson_files(repo):
@@ -218,13 +240,11 @@ def find_regions(repo):
                           f"(also {seen[region.name].path}:{seen[region.name].start})")
         else:
             seen[region.name] = region
-    for a in ASSIGNMENTS:
-        for name in a.exercises:
-            if name not in seen:
-                errors.append(f"{TABLE_FILE}: exercise {name!r} of assignment {a.number} is not marked in the "
-                              f"code (no '# exercise: {name}' under minibert/)")
+    missing = [f"{TABLE_FILE}: exercise {name!r} of assignment {a.number} is not marked in the code "
+               f"(no '# exercise: {name}' under minibert/)"
+               for a in ASSIGNMENTS for name in a.exercises if name not in seen]
     order = {name: i for i, name in enumerate(EXERCISE_NAMES)}
-    return sorted(seen.values(), key=lambda r: order[r.name]), errors
+    return sorted(seen.values(), key=lambda r: order[r.name]), errors, missing
 
 
 def placeholder(name):
@@ -246,7 +266,7 @@ def exercise_tests(repo):
     [(test file relative path, function name), ...]}, [strays]) where a
     stray is "file::function" matching no exercise of the table."""
     tests, strays = {}, []
-    for file in sorted((Path(repo) / "tests").glob("test_*.py")):
+    for file in sorted((Path(repo) / TESTS_FOLDER).glob("test_*.py")):
         text = file.read_text(encoding="utf-8")
         if "test_exercise_" not in text:
             continue

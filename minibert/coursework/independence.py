@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from minibert.coursework.exercises import CourseworkError, blank, exercise_tests, find_regions
+from minibert.coursework.exercises import TESTS_FOLDER, blank, exercise_tests, regions_to_blank
 
 
 def _parameter_sets(function):
@@ -56,17 +56,13 @@ class Sweep:
     def __init__(self, repo, full=False):
         self.repo = Path(repo).resolve()
         self.full = full
-        self.regions, errors = find_regions(self.repo)
-        structural = [e for e in errors if "is not marked in the code" not in e]
-        if structural:
-            raise CourseworkError(structural[0])
-        self.missing = [e for e in errors if e not in structural]
+        self.regions, self.missing = regions_to_blank(self.repo)
         self.tests, self.strays = exercise_tests(self.repo)
         self.owner = {test: name for name, tests in self.tests.items() for test in tests}
         self.scratch = Path(tempfile.mkdtemp(prefix="minibert-sweep-")).resolve()
         shutil.copytree(self.repo / "minibert", self.scratch / "minibert",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
-        self.tests_dir = str(self.repo / "tests")
+        self.tests_dir = str(self.repo / TESTS_FOLDER)
         sys.dont_write_bytecode = True
         sys.path[:0] = [str(self.scratch), self.tests_dir, str(self.repo)]
 

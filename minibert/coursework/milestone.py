@@ -19,11 +19,25 @@ seeds.
 """
 
 import random
+from pathlib import Path
 
 ASSIGNMENT = 8
 RECIPE = {"train_examples": 2000, "epochs": 2, "batch_size": 32, "learning_rate": 2e-4, "warmup": 0.1,
           "weight_decay": 0.01, "max_length": 48, "seed": 0}
 TARGET_PERCENT = 70.0   # dev accuracy the submission must reach (--milestone-target); the reference: 72.7 ± 0.7
+# The SST-2 files, relative to the data folder that every command is given with --data.
+SST2_FILES = ("sst2/train.tsv", "sst2/dev.tsv")
+
+
+def missing_data(folder, files=SST2_FILES):
+    """Why the data folder `folder` (a --data flag's value; None when the
+    flag was not given) cannot give `files`, in one line; None if it can."""
+    if folder is None:
+        return f"--data DIR is needed: the folder holding {' and '.join(files)}"
+    missing = [name for name in files if not (Path(folder) / name).is_file()]
+    if missing:
+        return f"--data {folder}: no {' or '.join(missing)} there"
+    return None
 
 
 def read_sst2(path):
@@ -174,25 +188,23 @@ def evaluate(model, dev_pairs, steps, target=None):
 def main(argv=None):
     """The reference's milestone figure for one seed of the recipe, its
     written-out model and tokenizer run as a correct solution runs:
-    python -m minibert.coursework.milestone --seed 1 (docs/results.md 9)."""
-    import argparse
+    python -m minibert.coursework.milestone --data DIR --seed 1 (docs/results.md 9)."""
     import json
     import tempfile
     import time
-    from pathlib import Path
 
     import torch
-    from minibert.support.cli import int_at_least
-    parser = argparse.ArgumentParser(prog="python -m minibert.coursework.milestone", description=main.__doc__)
+    from minibert.support.cli import ArgumentParser, int_at_least
+    parser = ArgumentParser(prog="python -m minibert.coursework.milestone", description=main.__doc__)
+    parser.add_argument("--data", type=Path, required=True, metavar="DIR",
+                        help="the folder holding sst2/train.tsv and sst2/dev.tsv")
     parser.add_argument("--seed", type=int, default=RECIPE["seed"], help="the recipe's seed: sample, "
                         "initialisation and order (default: %(default)s, the graded one)")
-    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[3] / "shared" / "data",
-                        help="the folder holding sst2/train.tsv and sst2/dev.tsv (default: ../shared/data)")
     parser.add_argument("--threads", type=int_at_least(1), default=1, help="torch threads (default: 1, as graded)")
     args = parser.parse_args(argv)
-    for name in ("train.tsv", "dev.tsv"):
-        if not (args.data / "sst2" / name).is_file():
-            parser.error(f"--data {args.data}: no sst2/{name} there")
+    problem = missing_data(args.data)
+    if problem:
+        parser.error(problem)
     torch.set_num_threads(args.threads)
     dev = read_sst2(args.data / "sst2" / "dev.tsv")
     with tempfile.TemporaryDirectory(prefix="minibert-milestone-") as work:
@@ -206,4 +218,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from minibert.support.cli import run
+    run(main)

@@ -53,6 +53,7 @@ def send(message):
 # ---- sys.path: the graded tree first, no other minibert anywhere -----------
 
 TREE = SPEC["tree"]
+TESTS = SPEC["tests_folder"]      # the tree's tests, and the helper modules they import
 
 
 def holds_another_minibert(entry):
@@ -60,7 +61,7 @@ def holds_another_minibert(entry):
     return folder != TREE and os.path.isdir(os.path.join(folder, "minibert"))
 
 
-sys.path[:] = [TREE, os.path.join(TREE, "tests")] + [p for p in sys.path if p and not holds_another_minibert(p)]
+sys.path[:] = [TREE, TESTS] + [p for p in sys.path if p and not holds_another_minibert(p)]
 # An editable install (pip install -e .) maps `minibert` to the instructor's
 # checkout through a finder on sys.meta_path: drop every such finder.
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in f"{type(f).__module__}.{type(f).__name__}".lower()
@@ -442,6 +443,12 @@ def failure_message(report):
     return " | ".join(line for line in lines if line)[:600] or "failed"
 
 
+def error_line(error):
+    """An exception as one short line: its type and its message's first line."""
+    text = f"{type(error).__name__}: {error}".strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:300]
+
+
 def seed_everything(seed=0):
     """Each test starts from the same random state in every run, so the
     instructor's and the submission's calls see the same inputs."""
@@ -469,8 +476,7 @@ def run_hidden(names):
         try:
             probes.run(name, SPEC["seed"])
         except BaseException as e:   # noqa: BLE001 - any failure is this check's failure
-            text = f"{type(e).__name__}: {e}".strip().splitlines()
-            error = (text[0] if text else type(e).__name__)[:300]
+            error = error_line(e)
         send({"hidden": name, "calls": CURRENT["calls"], "error": error})
         CURRENT["test"] = None
 
@@ -551,7 +557,7 @@ def main():
     if SPEC["tests"]:
         exercise_of = {test: exercise for exercise, test in SPEC["tests"]}
         arguments = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist",
-                     "-c", SPEC["ini"], "--rootdir", TREE, "--confcutdir", os.path.join(TREE, "tests"),
+                     "-c", SPEC["ini"], "--rootdir", TREE, "--confcutdir", TESTS,
                      "-o", "console_output_style=classic", "--no-header", "-s",
                      *[test for _, test in SPEC["tests"]]]
         pytest.main(arguments, plugins=[Reporter(exercise_of)])
@@ -564,8 +570,7 @@ def main():
             data = END_TO_END[name](reference=not SPEC["graded"])
             send({"end_to_end": name, "data": data})
         except BaseException as e:   # noqa: BLE001 - any failure is this check's failure
-            text = f"{type(e).__name__}: {e}".strip().splitlines()
-            send({"end_to_end": name, "error": text[0] if text else type(e).__name__})
+            send({"end_to_end": name, "error": error_line(e)})
     send({"phase": "done"})
 
 

@@ -71,10 +71,11 @@ class Limits:
 _checked = {}
 
 
-def check_available(bwrap=None):
+def check_available():
     """Raise SandboxUnavailable unless bubblewrap is installed and can build a
-    jail here (user namespaces may be switched off, e.g. in some containers)."""
-    bwrap = bwrap or shutil.which("bwrap")
+    jail here (user namespaces may be switched off, e.g. in some containers);
+    returns its path."""
+    bwrap = shutil.which("bwrap")
     if not bwrap:
         raise SandboxUnavailable(f"no sandbox: bubblewrap is not installed ({INSTALL_HINT})")
     if bwrap not in _checked:
@@ -98,11 +99,7 @@ def python_folders():
     return sorted(folders)
 
 
-def _under(path, folder):
-    return path == folder or folder in path.parents
-
-
-def command(argv, *, tree, inputs, files, hidden=(), limits=Limits(), blocker=None, bwrap=None):
+def command(argv, *, tree, inputs, files, hidden=(), limits=Limits(), blocker=None):
     """The bwrap command line that runs `argv` (a Python command whose paths
     are those inside the jail) with the layout of the module docstring.
     `files`: {name: host path} shown read-only as /grade/NAME (the runner,
@@ -110,7 +107,7 @@ def command(argv, *, tree, inputs, files, hidden=(), limits=Limits(), blocker=No
     even where they lie inside a mounted one (the instructor's checkout
     inside the Python prefix, say); `blocker`: a file whose text replaces
     each reference package's __init__.py."""
-    bwrap = check_available(bwrap)
+    bwrap = check_available()
     # --as-pid-1: the graded Python is the namespace's first process, so when it
     # ends, the kernel ends every process it started; no bwrap process (whose
     # command line names the grader's folders) is visible inside.
@@ -128,11 +125,11 @@ def command(argv, *, tree, inputs, files, hidden=(), limits=Limits(), blocker=No
         if os.path.exists(name):
             args += ["--ro-bind", name, name]
     for folder in python_folders():
-        if not any(_under(folder, m) for m in mounted):
+        if not any(folder.is_relative_to(m) for m in mounted):
             args += ["--ro-bind", str(folder), str(folder)]
             mounted.append(folder)
     for folder in sorted({Path(h).resolve() for h in hidden}):
-        if any(_under(folder, m) for m in mounted) and folder.exists():
+        if any(folder.is_relative_to(m) for m in mounted) and folder.exists():
             args += ["--tmpfs", str(folder)]            # an empty folder in its place
     if blocker is not None:
         for package in _reference_packages():

@@ -14,13 +14,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from minibert.coursework.exercises import CourseworkError, assignment, blank, find_regions
+from minibert.coursework.exercises import CourseworkError, assignment, blank, regions_to_blank
 from minibert.support.files import temporary_name
 
 MANIFEST_NAME = ".minibert-files"     # one repository file per line, written by the autograder archive
 SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", ".benchmarks", ".venv", "venv", ".tox", "build", "dist",
                 ".mypy_cache", ".ipynb_checkpoints"}
-# The repository's own scratch folders, skipped at its root only (minibert/runs/ is code).
+# The repository's own scratch folders (runs/, where the README's examples write; cache/), skipped at its
+# root only: a folder of the same name deeper down is the package's own.
 SKIPPED_AT_ROOT = {"runs", "cache"}
 
 
@@ -59,14 +60,11 @@ def write_student_copy(repo, outdir, assignments=None):
     """Copy `repo` to `outdir` with the exercises of `assignments` (numbers;
     None = all) blanked. Returns (files copied, regions blanked)."""
     repo, outdir = Path(repo).resolve(), Path(outdir).resolve()
-    if outdir == repo or repo in outdir.parents:
+    if outdir.is_relative_to(repo):
         raise CourseworkError(f"{outdir}: inside the repository {repo}; write the student copy elsewhere")
     if outdir.exists() and (not outdir.is_dir() or any(outdir.iterdir())):
         raise CourseworkError(f"{outdir}: exists and is not an empty folder")
-    regions, errors = find_regions(repo)
-    structural = [e for e in errors if "is not marked in the code" not in e]
-    if structural:
-        raise CourseworkError(structural[0] + (f" (and {len(structural) - 1} more)" if len(structural) > 1 else ""))
+    regions, _ = regions_to_blank(repo)
     if assignments:
         chosen = {number for number in assignments if assignment(number)}
         regions = [r for r in regions if r.assignment in chosen]

@@ -188,7 +188,7 @@ def teacher_fingerprint(folder):
     return fingerprint({name: file_sha256(Path(folder) / name) for name in names if (Path(folder) / name).is_file()})
 
 
-def transfer_key(teacher_folder, train_file, settings, task, n_examples):
+def transfer_key(teacher_folder, train_file, settings, task, n_examples, label_map=None):
     """The cache file's name: a SHA-256 of everything the cached numbers
     depend on (the teacher's files, the training file's bytes, how many of
     its examples are used, the augmentation settings and the POS lexicon).
@@ -200,6 +200,8 @@ def transfer_key(teacher_folder, train_file, settings, task, n_examples):
         parts.update(n_iter=settings.n_iter, seed=settings.seed, p_mask=settings.p_mask, p_pos=settings.p_pos,
                      p_ng=settings.p_ng, max_ngram=settings.max_ngram, pair_augment=settings.pair_augment,
                      pos_file=file_sha256(pos_file) if pos_file and Path(pos_file).is_file() else None)
+    if label_map:                    # which of the teacher's outputs is which label
+        parts["label_map"] = sorted(label_map.items())
     if settings.bf16:                # the teacher's logits computed under bfloat16 autocast differ a little
         parts["bf16"] = True
     return fingerprint(parts)
@@ -236,14 +238,16 @@ def load_transfer_cache(path, key, examples):
     return list(examples) + augmented, logits.astype(np.float32)
 
 
-def cached_transfer_set(compute, teacher_folder, train_file, settings, task, examples, progress=True):
+def cached_transfer_set(compute, teacher_folder, train_file, settings, task, examples, progress=True,
+                        label_map=None):
     """(transfer examples, teacher logits (N, K), whether the cache answered).
 
     compute() -> (transfer examples, logits) runs only when the cache file
     CACHE_DIR/<transfer_key>.npz is absent or stale; its result is then
-    written there. A cache folder that cannot be written costs time, not the run."""
+    written there. A cache folder that cannot be written costs time, not the run.
+    `label_map`: a teacher trained with transformers' renamed labels (they order its logits)."""
     cache_dir = Path(settings.cache_dir) if settings.cache_dir else default_cache_dir() / "distill"
-    key = transfer_key(teacher_folder, train_file, settings, task, len(examples))
+    key = transfer_key(teacher_folder, train_file, settings, task, len(examples), label_map)
     path = cache_dir / f"{key}.npz"
     cached = load_transfer_cache(path, key, examples)
     if cached is not None:

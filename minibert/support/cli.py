@@ -80,6 +80,14 @@ class ArgumentParser(argparse.ArgumentParser):
             quiet_downloads()
         return parsed, extras
 
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        # --device last, once every other flag is read: its check imports torch (seconds), which an
+        # unknown flag or a bad value elsewhere should not wait for (add_device)
+        if isinstance(getattr(parsed, "device", None), DeviceName):
+            parsed.device = checked(self, "--device", device, parsed.device)
+        return parsed
+
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)", self.format_usage())
 
@@ -170,6 +178,8 @@ FLAGS = {
     "layer_order": "--order",       # duplication.deepen
     "tied": "--tied",
     "k": "--repeat",                # duplication.repeat_albert
+    "task_name": "--task",          # checkpoints/task_folders.py, commands/finetune.load_task_model
+    "label_map": "--label-map",
 }
 
 
@@ -287,6 +297,31 @@ def probability(include_zero=False, include_one=True):
     return float_in(0, 1, include_low=include_zero, include_high=include_one, kind="probability")
 
 
+def label_map(text):
+    """--label-map NAME=LABEL,...: a model's label names -> the task's labels
+    (a folder trained with transformers names its labels LABEL_0, LABEL_1, ...
+    unless told otherwise). Returns a dict in the order given."""
+    mapping = {}
+    for item in text.split(","):
+        name, equals, label = (part.strip() for part in item.partition("="))
+        if not equals or not name or not label:
+            raise argparse.ArgumentTypeError(f"expected NAME=LABEL pairs separated by commas (e.g. "
+                                             f"LABEL_0=0,LABEL_1=1), got {item.strip()!r}")
+        if name in mapping:
+            raise argparse.ArgumentTypeError(f"{name!r} is mapped twice")
+        mapping[name] = label
+    return mapping
+
+
+def add_label_map(group, folders="a folder trained with transformers"):
+    """--label-map, for `folders` (no task.json: --task says the task)."""
+    group.add_argument("--label-map", type=label_map, metavar="NAME=LABEL,...",
+                       help=f"{folders}: rename the model's labels (config.json's id2label) to the task's, e.g. "
+                            f"LABEL_0=0,LABEL_1=1; needed where its names are transformers' generic LABEL_k or "
+                            f"differ from the task's; with --task (docs/guide.md 6.2, \"A folder trained with "
+                            f"transformers\")")
+
+
 def add_bf16(group, runs="every model it runs"):
     """The --bf16 flag, with the one meaning every script gives it
     (support/runtime.autocast). `runs`: what the flag puts under autocast."""
@@ -294,6 +329,11 @@ def add_bf16(group, runs="every model it runs"):
                        help=f"bfloat16 autocast on any device for {runs} (faster on a GPU, or a CPU with "
                             f"AVX512-BF16/AMX); weights stay float32, outputs and losses are computed in float32 "
                             f"(without it, float32 throughout)")
+
+
+class DeviceName(str):
+    """--device as typed, which ArgumentParser.parse_args turns into a
+    torch.device (`device`) after the rest of the command line is read."""
 
 
 def device(text):
@@ -380,8 +420,9 @@ def add_reports(group, json_holds, plot_draws=None, json_metavar="FILE"):
 
 
 def add_device(group, default="auto", quiet=True):
-    """--device (and --quiet: no progress bars)."""
-    group.add_argument("--device", type=device, default=default,
+    """--device (and --quiet: no progress bars). Its value is a torch.device,
+    checked when the rest of the command line has been read (DeviceName)."""
+    group.add_argument("--device", type=DeviceName, default=default,
                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     if quiet:
         group.add_argument("--quiet", action="store_true", help="no progress bars")

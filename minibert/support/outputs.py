@@ -276,7 +276,7 @@ def _check_folder_contents(output, force=False, resume=None, keep=(), flag="--ou
 
 def check_output_folder(output, force=False, *, flag="--output", source=None, resume=None, keep=()):
     """The folder a model is written into, checked where it is written
-    (runs/duplication.write_model, which bench/ calls without a script) as
+    (commands/duplicate.write_model, which bench/ calls without a script) as
     safe_run checks it: its place, then its contents. Returns it as a Path."""
     _check_folder_place(output, {}, flag, source)
     _check_folder_contents(output, force, resume, keep, flag)

@@ -344,8 +344,11 @@ def check_teacher_folder(folder, task_name, classification_tasks):
     if not folder.is_dir():
         raise MiniBertError(f"--teacher {folder}: no such folder")
     if not (folder / "task.json").is_file():
+        if task_name is not None:        # a folder trained with transformers: its config.json is checked as it is read
+            return
         raise MiniBertError(f"--teacher {folder}: not a finetune.py classifier folder (no task.json: a pretrained "
-                            f"model? fine-tune it first with finetune.py --task ...)")
+                            f"model? fine-tune it first with finetune.py --task ...; a classifier trained with "
+                            f"transformers needs --task)")
     task = read_record(folder, "task.json", required=("task", "max_seq_len"))["task"]
     if task not in classification_tasks:
         raise MiniBertError(f"--teacher {folder}: a {task} model; distillation needs a sentence "

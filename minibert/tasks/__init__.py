@@ -11,7 +11,7 @@ its head (one of minibert/heads.py), computes its loss, turns outputs into
 predictions, scores them with minibert.metrics and writes them in its
 official format. One line registers it: an entry of TASKS below, or
 `@register("name")` above its class. The generic code (finetuning.py,
-runs/finetuning.py, finetune.py) asks the task object and never names a task.
+minibert/commands/finetune.py) asks the task object and never names a task.
 
 A task object has:
 

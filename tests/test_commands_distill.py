@@ -1,12 +1,12 @@
-"""minibert/runs/distillation.py: what a run records, what --resume
+"""minibert/commands/distill.py: what a run records, what --resume
 checks, and the parameter counts it reports; a whole run on a pair task."""
 
 import pytest
 
 from distill_helpers import make_distillation_data, make_teacher, one_thread
 from minibert.lstm import BiLSTMClassifier
-from minibert.runs.distillation import describe_run, distill, parameter_counts, resume_config, run_record
-from minibert.runs.student_folder import load_student
+from minibert.commands.distill import describe_run, distill, parameter_counts, resume_config, run_record
+from minibert.commands.distill import load_student
 from minibert.distillation import DistillationSettings, WordTokenizer, build_vocabulary
 from minibert.lstm import StudentConfig
 from minibert.tasks import make_task

@@ -1,11 +1,10 @@
-"""minibert/runs/pretraining.py: train_mlm.py's run around the lesson. Here:
+"""minibert/commands/train_mlm.py: train_mlm.py's run around the lesson. Here:
 a run killed while it saves its model folder loses nothing, and the next
 `--resume` ends with the model an uninterrupted run gives; a run on a time
 budget (--budget-minutes, on a fake clock) ends with its learning rate at 0
 when the budget does, and a resumed one continues from the budget its
 checkpoint recorded; the schedule's flags that do not go together."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,8 +16,8 @@ import torch
 
 from minibert.checkpoints import load_pretrained
 from minibert.model import BertConfig
-from minibert.runs.pretraining import pretrain
-from minibert.runs.training import load_checkpoint
+from minibert.commands.train_mlm import pretrain
+from minibert.commands.trainer import load_checkpoint
 from minibert.tokenization import wordpiece_tokenizer
 from minibert.training import SCHEDULES
 from helpers import FakeClock, error_line, run_script_in_process
@@ -29,10 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 # train_mlm.py, killed (SIGKILL) at one point of its final save_model_folder.
 KILLED_SAVE = """
 import os, runpy, signal, sys
-from minibert.runs import pretraining
+from minibert.commands import train_mlm
 from minibert.support import outputs
 kill_at = sys.argv[1]
-real_write_folder, real_replace = pretraining.write_folder, os.replace
+real_write_folder, real_replace = train_mlm.write_folder, os.replace
 
 def write_folder(folder, write_into, **kwargs):
     renamed = []
@@ -51,7 +50,7 @@ def write_folder(folder, write_into, **kwargs):
     outputs.os.replace = replace
     return real_write_folder(folder, write, **kwargs)
 
-pretraining.write_folder = write_folder
+train_mlm.write_folder = write_folder
 sys.argv = ["train_mlm.py", *sys.argv[2:]]
 runpy.run_path("train_mlm.py", run_name="__main__")
 """
@@ -157,10 +156,8 @@ def test_a_stopped_run_resumes_its_budget_from_the_time_its_checkpoint_recorded(
 
 
 def test_train_mlm_names_its_schedules_as_the_lesson_does():
-    spec = importlib.util.spec_from_file_location("train_mlm_script", REPO / "train_mlm.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.SCHEDULE_NAMES == tuple(SCHEDULES)
+    from minibert.commands import train_mlm as train_mlm_command
+    assert train_mlm_command.SCHEDULE_NAMES == tuple(SCHEDULES)
 
 
 def test_train_mlm_on_a_budget_of_the_real_clock_stops_with_the_learning_rate_at_zero(corpus_and_tokenizer,

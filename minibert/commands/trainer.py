@@ -1,6 +1,7 @@
-"""The run around the training step (minibert/training.py): the processes
-torchrun starts, the batches of each step, bf16 autocast, checkpoints and
---resume, evaluation, logging and time limits. pretraining, fine-tuning and
+"""The trainer: the loop around the training step (minibert/training.py)
+that train_mlm.py, finetune.py and distill.py share: the processes torchrun
+starts, the batches of each step, bf16 autocast, checkpoints and --resume,
+evaluation, logging and time limits. Pretraining, fine-tuning and
 distillation all run through `train`, which takes the lesson's
 training_step once per optimizer step.
 
@@ -233,7 +234,7 @@ def progress_postfix(record):
     return {k: figure(k, v) for k, v in record.items() if k != "step"}
 
 
-class Autocast:
+class AutocastObjective:
     """An objective whose forward runs under bf16 autocast (support/runtime.autocast)
     on `device` when `enabled`; the loss is summed in float32 outside it."""
 
@@ -353,7 +354,7 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
     # only where the CPU has bf16 instructions (AVX512-BF16, AMX), so there it
     # is opt-in. Weights and optimizer state stay float32 either way.
     use_bf16 = config.bf16 is True or (config.bf16 is None and context.device.type == "cuda")
-    objective = Autocast(objective, context.device, use_bf16)
+    objective = AutocastObjective(objective, context.device, use_bf16)
 
     history, summary = [], {"start_step": start_step}
     totals = {}

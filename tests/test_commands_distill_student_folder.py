@@ -1,4 +1,4 @@
-"""minibert/runs/student_folder.py: a student folder written and read back
+"""minibert/commands/distill.py: a student folder written and read back
 gives the same logits, a damaged folder is a one-line error, a folder is
 replaced whole, and the plain-torch loader docs/formats.md gives reads it."""
 
@@ -12,8 +12,8 @@ from helpers import REPO
 from minibert.checkpoints.safetensors import save_safetensors
 from minibert.distillation import student_features, student_logits
 from minibert.lstm import BiLSTMClassifier
-from minibert.runs.distillation import load_teacher
-from minibert.runs.student_folder import WEIGHTS_FILE, load_student, save_student
+from minibert.commands.distill import load_teacher
+from minibert.commands.distill import WEIGHTS_FILE, load_student, save_student
 from minibert.lstm import StudentConfig
 from minibert.distillation import PieceTokenizer, WordTokenizer, build_vocabulary
 from minibert.support.errors import MiniBertError

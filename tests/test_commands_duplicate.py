@@ -1,6 +1,6 @@
-"""minibert.runs.duplication: duplicate.py's deeper model (the lesson's
-checks, shown with the flags), the folder written and the layer order read
-back from it."""
+"""minibert.commands.duplicate: duplicate.py's deeper model (the lesson's
+checks, shown with the flags), the folder written and the layer order that
+probe.py reads back from it (minibert.commands.probe)."""
 
 import json
 from pathlib import Path
@@ -9,7 +9,8 @@ import pytest
 
 from minibert import duplication
 from minibert.checkpoints import load_pretrained
-from minibert.runs.duplication import deeper_model, recorded_layer_order, write_model
+from minibert.commands.duplicate import deeper_model, write_model
+from minibert.commands.probe import recorded_layer_order
 from minibert.support.errors import MiniBertError
 from tiny_models import save_tiny_model
 
