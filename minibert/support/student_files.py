@@ -3,6 +3,10 @@ check: the part-of-speech tagged file augment.py learns its replacements from,
 the word vectors the student's embeddings may start from, the student's
 vocab.txt and padded batches, and a distillation run's settings and the files
 they name.
+
+torch is imported inside the functions that use it: distill.py checks its
+flags and settings with this module before it imports torch, so --help and a
+bad flag answer at once (tests/test_cli.py).
 """
 
 import math
@@ -10,14 +14,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from minibert.support.checks import EMBEDDINGS_MODES, MAX_EMBEDDING_DIM as MAX_DIM
 from minibert.support.errors import MiniBertError
 from minibert.support.files import atomic_write, copy_for, not_a_file
 from minibert.support.outputs import read_record
-from minibert.support.runtime import generator_for
 
 # ==============================================================================
 # Support for minibert/augment.py: the words and tags of a part-of-speech
@@ -202,6 +203,8 @@ def teacher_embedding_matrix(base_model, dim, seed):
     it is when dim equals E, else times a fixed random projection P (E, dim)
     with entries N(0, 1/dim), which keeps lengths and angles roughly
     (Johnson-Lindenstrauss) and is a function of the seed alone."""
+    import torch
+    from minibert.support.runtime import generator_for
     weight = base_model.embeddings.word_embeddings.weight.detach().float()  # (V, E)
     if dim == weight.shape[1]:
         return weight.clone()
@@ -231,14 +234,15 @@ class StartingEmbeddings:
                            f"{tokenizer.vocab_size - 3:,} words, the others random U(-0.25, 0.25)")
         self.ids = getattr(tokenizer, "ids", {})
 
-    @torch.no_grad()
     def fill(self, weight, padding_id):
         """Copy them into the student's embedding weight (V, dim), drawn at random before."""
-        if self.matrix is not None:
-            weight.copy_(self.matrix)
-            weight[padding_id].zero_()      # never read (packed away), as in lstm.py
-        for word, vector in self.vectors.items():
-            weight[self.ids[word]] = torch.from_numpy(vector)
+        import torch
+        with torch.no_grad():
+            if self.matrix is not None:
+                weight.copy_(self.matrix)
+                weight[padding_id].zero_()      # never read (packed away), as in lstm.py
+            for word, vector in self.vectors.items():
+                weight[self.ids[word]] = torch.from_numpy(vector)
 
 
 # ==============================================================================
@@ -281,6 +285,8 @@ def read_word_vocabulary(folder, special_words):
 
 def pad(sequences, pad_id):
     """Right-padded ids (B, T) and their attention mask (B, T), T the longest."""
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
     rows = [torch.as_tensor(s, dtype=torch.long) for s in sequences]
     ids = pad_sequence(rows, batch_first=True, padding_value=pad_id)                     # (B, T)
     lengths = torch.tensor([len(s) for s in sequences])
@@ -291,6 +297,7 @@ def collate_student(features, pad_id):
     """A batch (the collate hook of finetuning's LengthGroupedBatches):
     input_ids, attention_mask, input_ids_b / attention_mask_b for pairs,
     labels (B,), and the teacher's logits (B, K) when the features carry them."""
+    import torch
     batch = {}
     batch["input_ids"], batch["attention_mask"] = pad([f["input_ids"] for f in features], pad_id)
     if "input_ids_b" in features[0]:
