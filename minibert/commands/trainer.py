@@ -11,7 +11,7 @@ the same gradient (DistributedDataParallel averages gradients over the
 processes, hence the factor world_size).
 
 Randomness: the batches are a deterministic function of (seed, step) (see
-pretraining_data.py) and the dropout generator is re-seeded from (seed, step,
+pretraining.py) and the dropout generator is re-seeded from (seed, step,
 rank) at the start of each step. A checkpoint therefore needs only the model,
 the optimizer, the schedule and the step number to resume bit for bit.
 

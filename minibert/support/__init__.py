@@ -11,7 +11,7 @@ Files and folders, written safely:
     outputs.py          safe_run, the one call that makes a run safe (lock, checks, pipes, resume); a model
                         folder written as one unit (and what it holds), a JSON record in it
     caches.py           slow work done once, keyed by a hash of its inputs: the pretraining corpus tokenized
-                        (pretraining_data.py), a distillation's transfer set and teacher logits (distillation.py)
+                        (pretraining.py), a distillation's transfer set and teacher logits (distillation.py)
 
 File formats:
 
