@@ -326,7 +326,7 @@ def distillation_loss(rng, g):
 
 
 def augment_mask_pos(rng, g):
-    augment = module("minibert.augment")
+    augment = module("minibert.distillation")
     lexicon = augment.PosLexicon({"cat": {"NN": 3}, "dog": {"NN": 1}, "runs": {"VBZ": 2}, "red": {"JJ": 1},
                                   "blue": {"JJ": 4}})
     for _ in range(8):
