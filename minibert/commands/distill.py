@@ -69,7 +69,7 @@ from minibert.support.fingerprints import fingerprint
 from minibert.support.folders import (CHECKPOINT, read_as_one, read_record, restore_interrupted, write_folder,
                                       write_record)
 from minibert.support.inputs import as_given, not_a_file
-from minibert.support.outputs import file_identity, safe_run
+from minibert.support.outputs import describe_model_folder, file_identity, model_folder_kind, safe_run
 from minibert.support.reports import format_metrics, json_safe
 from minibert.tasks import CLASSIFICATION, make_task
 
@@ -607,7 +607,8 @@ def read_student_record(folder, tasks):
     """student.json, its fields checked (`tasks`: the task names a student may have)."""
     restore_interrupted(folder)          # a folder a killed write left renamed away comes back
     if not (Path(folder) / STUDENT_FILE).is_file():
-        raise MiniBertError(f"--student {folder}: not a distill.py student folder (no {STUDENT_FILE})")
+        kind = f"{describe_model_folder(folder)}, " if model_folder_kind(folder) else ""
+        raise MiniBertError(f"--student {folder}: {kind}not a distill.py student folder (no {STUDENT_FILE})")
     record = read_record(folder, STUDENT_FILE, required=("student", "task", "labels", "tokenization", "max_seq_len"))
     path = Path(folder) / STUDENT_FILE
     if record["task"] not in tasks:

@@ -73,7 +73,7 @@ from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fin
 from minibert.support.folders import (CHECKPOINT, check_task_record, read_as_one, read_record, write_folder,
                                       write_record)
 from minibert.support.inputs import as_given
-from minibert.support.outputs import file_identity, safe_run
+from minibert.support.outputs import describe_model_folder, file_identity, model_folder_kind, safe_run
 from minibert.support.reports import format_metrics, json_safe
 from minibert.tasks import TASKS, make_task
 
@@ -475,7 +475,12 @@ def save_task_model(model, task, tokenizer, folder, record, metrics=None):
 
 
 def read_task_record(folder):
-    """task.json, its fields checked (support/folders.py)."""
+    """task.json, its fields checked (support/folders.py). A distilled
+    student has none, and is named for what it is (outputs.describe_model_folder)."""
+    if model_folder_kind(folder) == "student":
+        raise MiniBertError(f"{folder}: {describe_model_folder(folder)}, not a fine-tuned BERT-family model; "
+                            f"finetune.py reads finetune.py's folders: evaluate or predict with a student through "
+                            f"distill.py --student {folder}")
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
                                       f"finetune.py --task ... --output {folder}; a folder trained with "

@@ -40,7 +40,8 @@ def check_pretrained_source(folder):
     folder (finetune.py's, with task.json) has a task head that the copy
     would drop, together with task.json: refused, rather than writing a
     model that is neither the fine-tuned one nor its base."""
-    if folder is not None and (folder / "task.json").is_file():
-        raise MiniBertError(f"--model {folder}: a fine-tuned model (it has task.json); duplicating it would drop "
-                            f"its task head and task.json. Give the pretrained model it was fine-tuned from, "
-                            f"then fine-tune the deeper one")
+    from minibert.support.outputs import describe_model_folder, model_folder_kind
+    if folder is not None and model_folder_kind(folder) == "fine-tuned":
+        raise MiniBertError(f"--model {folder}: {describe_model_folder(folder)}; duplicating it would drop its "
+                            f"task head and task.json. Give the pretrained model it was fine-tuned from, then "
+                            f"fine-tune the deeper one")

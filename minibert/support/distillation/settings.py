@@ -9,6 +9,7 @@ from minibert.support.distillation.student_config import EMBEDDINGS_MODES
 from minibert.support.errors import MiniBertError
 from minibert.support.folders import read_record
 from minibert.support.inputs import copy_for, not_a_file
+from minibert.support.outputs import describe_model_folder, model_folder_kind
 
 DISTILL_TERMS = ("mse", "squared-l2")
 UNLABELLED_TARGETS = ("none", "teacher")
@@ -46,6 +47,9 @@ def check_teacher_folder(folder, task_name, classification_tasks):
     folder = Path(folder)
     if not folder.is_dir():
         raise MiniBertError(f"--teacher {folder}: no such folder")
+    if model_folder_kind(folder) == "student":
+        raise MiniBertError(f"--teacher {folder}: {describe_model_folder(folder)}, not a BERT-family "
+                            f"classifier; a teacher is a finetune.py classifier folder")
     if not (folder / "task.json").is_file():
         if task_name is not None:        # a folder trained with transformers: its config.json is checked as it is read
             return
