@@ -44,7 +44,7 @@ from pathlib import Path
 from minibert.support.errors import MiniBertError, Terminated
 from minibert.support.fileio import DISK_FULL, LEFTOVER, file_sha256, read_json_object, refuse_special
 from minibert.support.folders import CHECKPOINT, RECORD_FILES, TOKENIZER_FILES, WEIGHTS, recover_folder
-from minibert.support.inputs import as_given, copy_for, read_all_once
+from minibert.support.inputs import as_given, check_file_flags, copy_for, read_all_once
 
 
 def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resume=None, source=None,
@@ -65,6 +65,7 @@ def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resum
     (they may lie inside its folder). files: {flag: path or None} the other
     files it writes."""
     inputs = {**dict(inputs), **dict(data)}
+    check_file_flags(inputs)                 # a folder given where one file is expected
     caches = {f: path for f, path in dict(caches).items() if path is not None}
     files = {f: path for f, path in dict(files).items() if path}
     owned = {flag: folder} if folder is not None else {}
