@@ -46,8 +46,8 @@ examples:
   python duplicate.py --model DEBERTA_DIR --duplicate 0,1 --output deberta-deeper/
 """
 
-from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_reports, int_between, make_parent_folder,
-                                  output_folder, positive_int, script_main)
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_reports, add_threads, int_between,
+                                  make_parent_folder, output_folder, positive_int, script_main)
 from minibert.support.fileio import write_json
 from minibert.support.layer_orders import MAX_DEPTH, check_pretrained_source, parse_indices
 from minibert.support.outputs import safe_run
@@ -80,6 +80,7 @@ parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N", 
 add_reports(parser, "both probes (--probe), {\"original\": ..., \"deeper\": ...} in probe.py's format (accuracies in "
             "percent),", "both models' accuracy by layer (--probe)")
 add_bf16(parser, "--probe's runs of both models (the written model is float32 either way)")
+add_threads(parser)
 
 
 @script_main
