@@ -1,17 +1,24 @@
-"""Where tensors live: choosing a device, and moving a batch there.
-
-Every script takes a `--device` flag (auto, cpu, cuda, cuda:1, mps) and turns
-it into a `torch.device` with `choose_device`; training, probing and
-fine-tuning move their batches with `move_to_device`. Every script's `--bf16`
-is `autocast(device, bf16)`. Every script's `--threads` is `use_threads`:
-how many CPU threads torch runs, by one rule (`threads_rule`) unless told.
+"""Where and how a run computes: the device (`--device`, bfloat16 autocast,
+memory headroom), torch's CPU threads (`--threads`), and the seeds every
+random draw is made from.
 """
 
+import hashlib
 import os
 
 import torch
 
 from minibert.support.errors import MiniBertError
+
+# ==============================================================================
+# Where tensors live: choosing a device, and moving a batch there.
+#
+# Every script takes a `--device` flag (auto, cpu, cuda, cuda:1, mps) and turns
+# it into a `torch.device` with `choose_device`; training, probing and
+# fine-tuning move their batches with `move_to_device`. Every script's `--bf16`
+# is `autocast(device, bf16)`. Every script's `--threads` is `use_threads`:
+# how many CPU threads torch runs, by one rule (`threads_rule`) unless told.
+# ==============================================================================
 
 
 def choose_device(name="auto"):
@@ -117,9 +124,9 @@ def check_can_allocate(what, address_bytes, memory_bytes):
                             f"{gb(available)} available")
 
 
-# ----------------------------------------------------------------------------
-# Threads: how many CPU threads torch runs
-# ----------------------------------------------------------------------------
+# ==============================================================================
+# Threads: how many CPU threads torch runs (every script's --threads).
+# ==============================================================================
 
 
 def threads_rule(cores, load, processes=1):
@@ -194,3 +201,25 @@ def use_threads(requested=None, quiet=False):
     if not quiet and os.environ.get("RANK", "0") == "0":
         print(f"threads: {threads} ({why})", flush=True)
     return threads
+
+
+# ==============================================================================
+# Seeds mixed from several numbers, so every random draw can be named.
+#
+# Training re-seeds dropout from (seed, "dropout", step, rank) and pretraining
+# data draws each batch from (seed, "batch", epoch, index): a resumed or
+# distributed run then makes exactly the draws an uninterrupted single-process
+# run would have made, with no random state stored anywhere.
+# ==============================================================================
+
+
+def seed_from(*numbers):
+    """One 63-bit seed from several integers or strings: the first 8 bytes of
+    the SHA-256 of their repr (a hash, so nearby inputs give unrelated seeds)."""
+    digest = hashlib.sha256(repr(numbers).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def generator_for(*numbers):
+    """A torch.Generator seeded with seed_from(*numbers)."""
+    return torch.Generator().manual_seed(seed_from(*numbers))
