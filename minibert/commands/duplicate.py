@@ -46,11 +46,11 @@ examples:
   python duplicate.py --model DEBERTA_DIR --duplicate 0,1 --output deberta-deeper/
 """
 
-from minibert.support.checks import MAX_DEPTH, check_pretrained_source, parse_indices
+from minibert.support.checks import MAX_DEPTH, parse_indices
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_reports, add_threads, int_between,
                                   make_parent_folder, output_folder, positive_int, script_main)
 from minibert.support.files import write_json
-from minibert.support.outputs import safe_run
+from minibert.support.outputs import check_pretrained_source, safe_run
 
 # Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
 # that use them, so --help and a mistyped flag answer at once.

@@ -240,18 +240,6 @@ def check_depth(depth, name):
         raise ParameterError(f"{name}: would make a model of {depth:,} layers; the limit is {MAX_DEPTH:,}")
 
 
-def check_pretrained_source(folder):
-    """Duplication copies an encoder with its pretraining heads. A fine-tuned
-    folder (finetune.py's, with task.json) has a task head that the copy
-    would drop, together with task.json: refused, rather than writing a
-    model that is neither the fine-tuned one nor its base."""
-    from minibert.support.outputs import describe_model_folder, model_folder_kind
-    if folder is not None and model_folder_kind(folder) == "fine-tuned":
-        raise MiniBertError(f"--model {folder}: {describe_model_folder(folder)}; duplicating it would drop its "
-                            f"task head and task.json. Give the pretrained model it was fine-tuned from, then "
-                            f"fine-tune the deeper one")
-
-
 # ==============================================================================
 # The checks on what minibert/metrics.py is given: what the official
 # scripts would silently misread or crash on raises a one-line MiniBertError

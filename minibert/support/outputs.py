@@ -182,6 +182,17 @@ def describe_model_folder(folder):
     return "a pretrained model" if kind == "pretrained" else "not a model folder"
 
 
+def check_pretrained_source(folder):
+    """Duplication copies an encoder with its pretraining heads. A fine-tuned
+    folder (finetune.py's, with task.json) has a task head that the copy
+    would drop, together with task.json: refused, rather than writing a
+    model that is neither the fine-tuned one nor its base."""
+    if folder is not None and model_folder_kind(folder) == "fine-tuned":
+        raise MiniBertError(f"--model {folder}: {describe_model_folder(folder)}; duplicating it would drop its "
+                            f"task head and task.json. Give the pretrained model it was fine-tuned from, then "
+                            f"fine-tune the deeper one")
+
+
 def enclosing_model_folder(path):
     """The nearest folder above `path` that is a model folder, or None."""
     for parent in Path(path).resolve().parents:
