@@ -1,7 +1,10 @@
 """minibert/support/caches.py: the pretraining token cache and the distillation transfer cache."""
 
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -107,6 +110,23 @@ def test_teacher_logits_are_cached_and_recomputed_when_teacher_data_or_settings_
         cache_file.write_bytes(b"not a zip")
     run()
     assert len(calls) == 6
+
+
+def test_a_teacher_logit_file_a_killed_run_left_under_another_key_is_removed_by_the_next_run(setup, tmp_path):
+    finished = subprocess.Popen([sys.executable, "-c", "None"])
+    finished.wait()                                                   # its PID is no process now
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dead = cache / f".{'0' * 64}.npz.{finished.pid}.0badc0de.tmp"     # a run with other settings, killed with -9
+    live = cache / f".{'1' * 64}.npz.{os.getpid()}.0000cafe.tmp"      # a run writing right now
+    for path in (dead, live):
+        path.write_bytes(b"part of a file")
+    settings = DistillationSettings(n_iter=1, pos_file=str(setup / "pos.txt"), cache_dir=str(cache))
+    settings = settings.resolved(make_task("sst2"), True)
+    teacher = distill_command.load_teacher(setup / "teacher")
+    examples = teacher.task.read(setup / "train.tsv")
+    distill_command.transfer_set_with_logits(teacher, examples, setup / "train.tsv", settings, progress=False)
+    assert not dead.exists() and live.exists() and len(list(cache.glob("*.npz"))) == 1
 
 
 def test_the_key_names_every_augmentation_setting_the_pair_mode_included(tmp_path):

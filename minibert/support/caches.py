@@ -11,8 +11,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from minibert.support.errors import MiniBertError
-from minibert.support.files import (atomic_write, copy_for, file_sha256, fingerprint, save_array, tokenizer_fingerprint,
-                                    write_json)
+from minibert.support.files import (atomic_write, copy_for, file_sha256, fingerprint, remove_leftovers_in, save_array,
+                                    tokenizer_fingerprint, write_json)
 from minibert.support.hub import default_cache_dir
 from minibert.support.task_files import ClassificationExample
 
@@ -255,6 +255,7 @@ def cached_transfer_set(compute, teacher_folder, train_file, settings, task, exa
             tqdm.write(f"teacher logits: reusing {path}")
         return (*cached, True)
     transfer, logits = compute()
+    remove_leftovers_in(cache_dir)      # a killed run's file under another key than this run's (settings changed)
     try:
         save_transfer_cache(path, key, transfer[len(examples):], logits)
     except (MiniBertError, OSError) as e:

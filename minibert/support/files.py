@@ -98,6 +98,21 @@ def remove_leftovers(path):
     return removed
 
 
+def remove_leftovers_in(folder):
+    """Remove every killed writer's .NAME.PID.HEX.tmp in `folder`, whatever
+    NAME: for a folder that belongs to one cache, whose next file may have
+    another name than the one a killed run was writing (the teacher-logit
+    cache's key changes with the settings). A live PID's are kept. Returns
+    the names removed."""
+    folder = Path(folder)
+    removed = []
+    for candidate in sorted(folder.glob(".*.tmp")) if folder.is_dir() else ():
+        match = LEFTOVER.fullmatch(candidate.name)
+        if match is not None and not process_is_alive(int(match["pid"])):
+            removed += remove_leftovers(folder / match["name"])
+    return removed
+
+
 def glob_escape(name):
     """`name` with glob's special characters taken literally."""
     return re.sub(r"([*?\[])", r"[\1]", name)
