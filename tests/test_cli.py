@@ -359,6 +359,32 @@ def test_quiet_turns_the_download_progress_bars_off_until_the_script_returns():
     assert seen == [True, False] and not are_progress_bars_disabled()
 
 
+@pytest.mark.parametrize("script", ["train_mlm.py", "probe.py", "duplicate.py", "finetune.py", "distill.py"])
+def test_every_script_sets_its_threads_once_the_command_line_is_read_and_says_so(script, monkeypatch, capsys):
+    # --threads wins; without it OMP_NUM_THREADS does, which the tests set (and say so); --quiet says nothing.
+    import importlib
+    import torch
+    module = importlib.import_module("minibert.commands." + Path(script).stem)
+    parse = module.parse_args if script == "train_mlm.py" else module.parser.parse_args
+    required = {"train_mlm.py": ["--corpus", "c.txt", "--output", "out"], "duplicate.py": ["--duplicate", "0",
+                "--output", "out"]}.get(script, [])
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    try:
+        assert parse(required + ["--threads", "2"]).threads == 2 and torch.get_num_threads() == 2
+        assert capsys.readouterr().out == "threads: 2 (--threads)\n"
+        assert parse(required).threads == 1 and torch.get_num_threads() == 1
+        assert capsys.readouterr().out == "threads: 1 (OMP_NUM_THREADS=1 in the environment)\n"
+        if script != "duplicate.py" and script != "probe.py":       # their add_device has no --quiet
+            parse(required + ["--quiet"])
+            assert capsys.readouterr().out == ""
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(cli.UsageError, match="argument --threads: expected an integer >= 1, got 0"):
+        parse(required + ["--threads", "0"])
+
+
 # ==============================================================================
 # minibert/support/cli.py: the metrics table the scripts print and
 # results made ready for JSON.

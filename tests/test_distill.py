@@ -414,3 +414,18 @@ def test_the_default_lexicon_is_conll_beside_the_repository():
     assert distill_command.DEFAULT_POS_FILE == REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
     from minibert.support import caches, student_files
     assert not hasattr(student_files, "DEFAULT_POS_FILE") and not hasattr(caches, "DEFAULT_POS_FILE")
+
+
+
+def test_a_student_given_as_teacher_and_a_teacher_given_as_student_are_named_for_what_they_are(distilled, setup,
+                                                                                                 tmp_path, capsys):
+    student, _ = distilled
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "out")[2:],
+                                           "--teacher", student)
+    line = error_line(code, captured)
+    assert code == 1 and f"--teacher {student}: a distilled student (distill.py's BiLSTM, student.json)" in line
+    assert "a teacher is a finetune.py classifier folder" in line
+    code, captured = run_script_in_process(capsys, "distill.py", "--student", setup / "teacher",
+                                           "--eval", setup / "dev.tsv")
+    line = error_line(code, captured)
+    assert code == 1 and "a fine-tuned sst2 model (finetune.py's, task.json), not a distill.py student" in line

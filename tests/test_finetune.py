@@ -434,3 +434,21 @@ def test_plot_names_a_model_given_as_a_long_path_by_its_folder(setup, tmp_path, 
     assert figure.get_suptitle() == "sst2: fine-tuning tiny-bert"
     assert [axes.get_title() for axes in figure.axes] == ["training loss per epoch", "accuracy after each epoch"]
     assert (tmp_path / "sst2.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_finetune_py_names_a_distilled_student_given_as_its_model(tmp_path, capsys):
+    from helpers import error_line
+    student = tmp_path / "student"
+    student.mkdir()
+    for name in ("student.json", "student.safetensors", "vocab.txt"):
+        (student / name).write_text("{}")
+    write_sst2(tmp_path / "train.tsv", [("a good film", "1"), ("a bad plot", "0")])
+    for args, expected in [
+            (["--task", "sst2", "--model", student, "--train", tmp_path / "train.tsv", "--output", tmp_path / "out"],
+             "not a BERT-family encoder; expected a BERT, ALBERT or DeBERTa model folder"),
+            (["--model", student, "--eval", tmp_path / "train.tsv"],
+             "not a fine-tuned BERT-family model; finetune.py reads finetune.py's folders: evaluate or predict "
+             f"with a student through distill.py --student {student}")]:
+        code, captured = run_script_in_process(capsys, "finetune.py", *args)
+        line = error_line(code, captured)
+        assert code == 1 and "a distilled student (distill.py's BiLSTM, student.json)" in line and expected in line

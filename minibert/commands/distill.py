@@ -64,8 +64,8 @@ from minibert.support.checks import MAX_EMBEDDING_DIM
 from minibert.support.cli import ArgumentParser, HelpFormatter, format_metrics, json_safe, script_main
 from minibert.support.errors import MiniBertError
 from minibert.support.files import as_given, fingerprint, not_a_file, read_json_object, write_json
-from minibert.support.outputs import (CHECKPOINT, file_identity, read_as_one, read_record, restore_interrupted,
-                                      safe_run, write_folder, write_record)
+from minibert.support.outputs import (CHECKPOINT, describe_model_folder, file_identity, model_folder_kind, read_as_one,
+                                      read_record, restore_interrupted, safe_run, write_folder, write_record)
 from minibert.support.student_files import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.tasks import CLASSIFICATION, make_task
 
@@ -603,7 +603,8 @@ def read_student_record(folder, tasks):
     """student.json, its fields checked (`tasks`: the task names a student may have)."""
     restore_interrupted(folder)          # a folder a killed write left renamed away comes back
     if not (Path(folder) / STUDENT_FILE).is_file():
-        raise MiniBertError(f"--student {folder}: not a distill.py student folder (no {STUDENT_FILE})")
+        kind = f"{describe_model_folder(folder)}, " if model_folder_kind(folder) else ""
+        raise MiniBertError(f"--student {folder}: {kind}not a distill.py student folder (no {STUDENT_FILE})")
     record = read_record(folder, STUDENT_FILE, required=("student", "task", "labels", "tokenization", "max_seq_len"))
     path = Path(folder) / STUDENT_FILE
     if record["task"] not in tasks:

@@ -69,8 +69,8 @@ from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, format_metrics, json_safe, script_main
 from minibert.support.errors import MiniBertError, ParameterError
 from minibert.support.files import as_given, check_tokenizer_matches, tokenizer_fingerprint, write_json
-from minibert.support.outputs import (CHECKPOINT, check_task_record, file_identity, read_as_one, read_record, safe_run,
-                                      write_folder, write_record)
+from minibert.support.outputs import (CHECKPOINT, check_task_record, describe_model_folder, file_identity,
+                                      model_folder_kind, read_as_one, read_record, safe_run, write_folder, write_record)
 from minibert.tasks import TASKS, make_task
 
 # Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
@@ -471,7 +471,12 @@ def save_task_model(model, task, tokenizer, folder, record, metrics=None):
 
 
 def read_task_record(folder):
-    """task.json, its fields checked (support/outputs.py)."""
+    """task.json, its fields checked (support/outputs.py). A distilled
+    student has none, and is named for what it is (outputs.describe_model_folder)."""
+    if model_folder_kind(folder) == "student":
+        raise MiniBertError(f"{folder}: {describe_model_folder(folder)}, not a fine-tuned BERT-family model; "
+                            f"finetune.py reads finetune.py's folders: evaluate or predict with a student through "
+                            f"distill.py --student {folder}")
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
                                       f"finetune.py --task ... --output {folder}; a folder trained with "
