@@ -49,6 +49,11 @@ examples:
   python distill.py --student runs/sst2-bilstm --eval ../shared/data/sst2/dev.tsv --json student.json
   python distill.py --teacher runs/sst2 --paper-config sst2 --embeddings GoogleNews-vectors-negative300.txt \
       --train ../shared/data/sst2/train.tsv --eval ../shared/data/sst2/dev.tsv --output runs/sst2-bilstm-paper
+
+data-parallel over 2 processes (gloo on CPU, NCCL on GPUs; --batch-size is the global batch):
+  torchrun --standalone --nproc_per_node 2 distill.py --teacher runs/sst2 ... (same flags)
+the first process alone prints and writes (the student, --json, --plot); with --dropout 0 the weights equal
+one process's, with dropout each process draws its own masks (docs/guide.md 3).
 """
 
 import dataclasses
@@ -69,7 +74,7 @@ from minibert.support.fingerprints import fingerprint
 from minibert.support.folders import (CHECKPOINT, read_as_one, read_record, restore_interrupted, write_folder,
                                       write_record)
 from minibert.support.inputs import as_given, not_a_file
-from minibert.support.outputs import file_identity, safe_run
+from minibert.support.outputs import file_identity, is_main_process, safe_run
 from minibert.support.reports import format_metrics, json_safe
 from minibert.tasks import CLASSIFICATION, make_task
 
@@ -296,6 +301,8 @@ def distill_from_flags(args):
         args.task, Path(args.train), Path(args.eval) if args.eval else None, output, settings_from(args),
         teacher_folder=args.teacher, teacher_label_map=args.label_map, use_teacher_logits=not args.no_teacher,
         device=args.device, resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
+    if not is_main_process():        # torchrun: every process trained; the main one reports and writes, once
+        return 0
     kind = "distilled BiLSTM" if not args.no_teacher else "BiLSTM on gold labels"
     print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {given_eval or '(no --eval)'}"))
     print(f"saved to {output} ({summary['train_seconds']:.0f} s of training, {summary['end_step']} steps)")

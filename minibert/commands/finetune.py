@@ -57,6 +57,11 @@ examples:
   python finetune.py --model runs/sst2 --eval ../shared/data/sst2/dev.tsv --json sst2.json
   python finetune.py --model runs/sst2 --predict ../shared/data/sst2/dev.tsv --output SST-2.tsv   # GLUE's TSV
   python finetune.py --ensemble runs/sst2-a runs/sst2-b --predict test.tsv --output preds.jsonl
+
+data-parallel fine-tuning over 2 processes (gloo on CPU, NCCL on GPUs; --batch-size is the global batch):
+  torchrun --standalone --nproc_per_node 2 finetune.py --task sst2 ... (same flags)
+the first process alone prints and writes (the folder, --json, --plot); without dropout in the model's
+config the weights equal one process's, with dropout each process draws its own masks (docs/guide.md 3).
 """
 
 import sys
@@ -73,7 +78,7 @@ from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fin
 from minibert.support.folders import (CHECKPOINT, check_task_record, read_as_one, read_record, write_folder,
                                       write_record)
 from minibert.support.inputs import as_given
-from minibert.support.outputs import file_identity, safe_run
+from minibert.support.outputs import file_identity, is_main_process, safe_run
 from minibert.support.reports import format_metrics, json_safe
 from minibert.tasks import TASKS, make_task
 
@@ -245,6 +250,8 @@ def fine_tune_from_flags(args):
         sift=sift_config(args), resume_flags=resume_flags(args, eval_name),
         eval_name="held-out" if args.split_eval is not None else Path(given_eval or "").name,
         keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer)
+    if not is_main_process():        # torchrun: every process trained; the main one reports and writes, once
+        return 0
     best = summary.get("best")
     if best is not None:
         record = {"task": args.task, "evaluated_on": eval_name, **best}

@@ -32,9 +32,16 @@ across --resume: checkpoint.pt records the time spent, and a resumed run
 continues the schedule from that progress. --max-minutes, by contrast, only
 stops this one invocation (--resume continues, the schedule unchanged).
 
-Distributed over 2 processes (gloo on CPU, NCCL on GPUs):
+Data-parallel over 2 processes (gloo on CPU, NCCL on GPUs; --batch-size is
+the global batch, split over them):
 
-    torchrun --nproc_per_node 2 train_mlm.py ... (same flags)
+    torchrun --standalone --nproc_per_node 2 train_mlm.py ... (same flags)
+
+The run acts once: the first process alone prints and writes (the folder,
+--json, --plot), and the tokens it reports are every process's. With
+--dropout 0 the weights equal one process's with the same --batch-size;
+with dropout each process draws its own masks, so the runs differ as two
+draws do, statistically equivalent (docs/guide.md 3).
 
 --arch deberta (the same flags otherwise) pretrains a DeBERTa of the same
 size instead: the v2/v3 encoder (model_type deberta-v2: disentangled
@@ -59,7 +66,6 @@ shapes the run (the corpus, by path, size and SHA-256, --lr, --warmup,
 --mask-prob, ...), naming it; --force writes over anything else.
 """
 
-import os
 import shutil
 import sys
 import time
@@ -74,7 +80,7 @@ from minibert.support.errors import MiniBertError
 from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary
 from minibert.support.folders import CHECKPOINT, MODEL_FOLDER_FILES, write_folder
 from minibert.support.inputs import as_given, not_a_file
-from minibert.support.outputs import file_identity, safe_run
+from minibert.support.outputs import file_identity, is_main_process, safe_run
 
 # Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
 # that use them, so --help and a mistyped flag answer at once.
@@ -382,6 +388,8 @@ def main(argv=None):
                        bf16=args.bf16, keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer,
                        schedule=args.schedule, budget_minutes=args.budget_minutes,
                        warmup_fraction=args.warmup_fraction, resume_flags=resume_flags(args))
+    if not is_main_process():        # torchrun: every process trained; the main one reports and writes, once
+        return 0
     if args.json:
         make_parent_folder(args.json)
         write_json(args.json, summary)
@@ -391,7 +399,7 @@ def main(argv=None):
               f"masked tokens, perplexity {final['perplexity']:.2f}")
     print(f"saved to {args.output} after step {summary['end_step']:,} ({summary['seconds']:.0f} s, "
           f"{summary['tokens_seen']:,} tokens)")
-    if args.plot and os.environ.get("RANK", "0") == "0":     # torchrun: one process draws
+    if args.plot:
         from minibert.support.plots import plot_pretraining
         make_parent_folder(args.plot)
         plot_pretraining(summary["history"], args.plot)

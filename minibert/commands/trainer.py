@@ -8,7 +8,16 @@ training_step once per optimizer step.
 Each loss term is a sum over items divided by the *global* count for the
 step, so one process with batch 2N and two processes with batch N compute
 the same gradient (DistributedDataParallel averages gradients over the
-processes, hence the factor world_size).
+processes, hence the factor world_size). That holds exactly without dropout;
+with dropout each process draws the masks of its own rows (see Randomness),
+so the two runs make other draws of the same distribution: statistically
+equivalent updates, not equal ones (docs/guide.md 3).
+
+Under torchrun the run acts once: the main process (support/outputs.py,
+is_main_process) alone prints, evaluates and saves, and what it reports is
+the whole run's: the tokens seen and the logged losses and accuracies are
+summed over the processes (all_reduce_sum), so they read as one process
+with the same global batch would read them.
 
 Randomness: the batches are a deterministic function of (seed, step) (see
 pretraining_data.py) and the dropout generator is re-seeded from (seed, step,
@@ -40,6 +49,7 @@ from tqdm.auto import tqdm                   # a widget in a notebook, text in a
 from minibert.support.devices import autocast as bf16_autocast, choose_device, move_to_device
 from minibert.support.errors import MiniBertError
 from minibert.support.fileio import remove_leftovers, save_torch
+from minibert.support.outputs import is_main_process
 from minibert.support.seeds import seed_from
 from minibert.training import (make_optimizer, progress_schedule, step_counts, training_step,
                                warmup_then_linear_decay)
@@ -59,7 +69,8 @@ class Context:
 
     @property
     def is_main(self):
-        return self.rank == 0
+        """The one process that prints and writes (support/outputs.is_main_process)."""
+        return is_main_process(self.rank)
 
     @property
     def distributed(self):
@@ -183,6 +194,21 @@ def all_reduce_sum(values, context):
         tensor = tensor.to(context.device)
     dist.all_reduce(tensor)
     return dict(zip(keys, tensor.tolist()))
+
+
+# The key under which a step's token count rides along with its loss counts
+# in one all-reduce (no loss term is called so: a term is one word).
+TOKENS = "tokens seen"
+
+
+def summed_totals(totals, context):
+    """{term: [sum of losses, number correct, items]} summed over all
+    processes: the logged loss and accuracy of the whole global batch."""
+    if not context.distributed:
+        return totals
+    flat = all_reduce_sum({f"{term}\t{i}": value for term, values in totals.items()
+                           for i, value in enumerate(values)}, context)
+    return {term: [flat[f"{term}\t{i}"] for i in range(len(values))] for term, values in totals.items()}
 
 
 def check_finite(step_stats, step, learning_rate, context):
@@ -370,15 +396,18 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
         micro_batches = [rows_for_rank(batches[step * config.grad_accum_steps + m], context)
                          for m in range(config.grad_accum_steps)]
         counts = step_counts(objective, micro_batches)        # this process's; the step divides by all processes'
-        for batch in micro_batches:
-            batch_tokens = int(batch["attention_mask"].sum()) * context.world_size
-            tokens_seen += batch_tokens
-            window_tokens += batch_tokens
+        tokens = sum(int(batch["attention_mask"].sum()) for batch in micro_batches)    # this process's, no padding
+        # One all-reduce per step sums both over the processes: the counts each loss term divides by, and the
+        # tokens the step has seen (each process's rows hold their own number of real tokens).
+        shared = all_reduce_sum({**counts, TOKENS: tokens}, context)
+        step_tokens = int(shared.pop(TOKENS))
+        tokens_seen += step_tokens
+        window_tokens += step_tokens
         micro_batches = [move_to_device(batch, context.device) for batch in micro_batches]
         # Under torch.distributed every micro-batch's backward averages its gradients over the processes (the
         # average of sums is the sum of averages, so accumulation stays exact); the counts are global.
         step_stats = training_step(network, micro_batches, objective, optimizer, scheduler, config.max_grad_norm,
-                                   counts=all_reduce_sum(counts, context), world_size=context.world_size,
+                                   counts=shared, world_size=context.world_size,
                                    check=lambda stats: check_finite(stats, step + 1, config.learning_rate, context))
 
         for term, (loss_sum, correct) in step_stats.items():
@@ -393,7 +422,7 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
             elapsed = time.time() - window_start
             record = {"step": done, "lr": scheduler.get_last_lr()[0],
                       "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
-            for term, (loss_sum, correct, n) in totals.items():
+            for term, (loss_sum, correct, n) in summed_totals(totals, context).items():
                 record[f"{term}_loss"] = float(loss_sum) / max(n, 1)
                 record[f"{term}_accuracy"] = 100.0 * float(correct) / max(n, 1)   # percent, as every accuracy
             history.append(record)
