@@ -92,7 +92,8 @@ runpy.run_path(script, run_name="__main__")
 def one_and_two_process_runs(script, args, tmp_path):
     """Run REPO/script with `args` in one process, then under torchrun in two
     (gloo, one thread each), each writing --output tmp_path/one or /two with
-    its checkpoint.pt and --json tmp_path/one.json or two.json. Returns
+    its checkpoint.pt and --json tmp_path/one.json or two.json ("{run}" in
+    an argument: the run's name, "one" or "two"). Returns
     {"one": run, "two": run}, each with its `stdout`, `summary` (the --json),
     `weights` (the checkpoint's model) and `writes`: the (rank, path) of
     every file its processes wrote, in order."""
@@ -105,7 +106,8 @@ def one_and_two_process_runs(script, args, tmp_path):
     runs = {}
     for name, command in commands.items():
         log = tmp_path / f"{name}-writes.jsonl"
-        done = subprocess.run([*command, str(wrapper), str(log), str(REPO / script), *map(str, args),
+        given = [str(arg).replace("{run}", name) for arg in args]
+        done = subprocess.run([*command, str(wrapper), str(log), str(REPO / script), *given,
                                "--output", str(tmp_path / name), "--json", str(tmp_path / f"{name}.json")],
                               capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]

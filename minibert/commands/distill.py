@@ -416,7 +416,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     once the run has reached its last step, unless keep_checkpoint; a run
     stopped by settings.max_minutes keeps it to resume. `teacher_label_map`:
     load_teacher's label_map, for a teacher trained with transformers."""
-    from minibert.commands.trainer import TrainingConfig, load_checkpoint, setup_context, train
+    from minibert.commands.trainer import TrainingConfig, load_checkpoint, main_process_first, setup_context, train
     from minibert.distillation import (DistillationObjective, build_student, optimizer_factory, predict_student,
                                        student_features, student_tokenizer)
     from minibert.finetuning import LengthGroupedBatches
@@ -437,8 +437,9 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     eval_examples = task.read(Path(eval_file)) if eval_file is not None else None
     started, transfer, logits, cache_hit, teacher_metrics = time.time(), list(examples), None, False, None
     if distilling:
-        transfer, logits, cache_hit = transfer_set_with_logits(teacher, examples, train_file, settings,
-                                                               context.device, progress)
+        with main_process_first(context):     # the main process augments and asks the teacher; the others read
+            transfer, logits, cache_hit = transfer_set_with_logits(teacher, examples, train_file, settings,
+                                                                   context.device, progress)
     transfer_seconds = time.time() - started
     if teacher is not None and eval_examples is not None:
         features = teacher.task.features(eval_examples, teacher.tokenizer, teacher.record["max_seq_len"])

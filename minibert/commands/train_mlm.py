@@ -607,7 +607,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     flags that make the model config), which --resume must find unchanged."""
     import torch
 
-    from minibert.commands.trainer import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
+    from minibert.commands.trainer import (Prefetched, TrainingConfig, load_checkpoint, main_process_first,
+                                           setup_context, train)
     from minibert.pretraining import MaskedLMObjective, evaluate_mlm
     if (steps is None) == (budget_minutes is None):
         raise MiniBertError(f"steps {steps!r}, budget_minutes {budget_minutes!r}: give one of the two, the "
@@ -626,15 +627,11 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     if global_batch % context.world_size:
         raise MiniBertError(f"--batch-size {batch_size} must divide evenly over {context.world_size} processes")
 
-    # Rank 0 tokenizes first and the others wait, so the cache is built once.
-    if context.distributed and not context.is_main:
-        torch.distributed.barrier()
-    train_batches = corpus_batches(corpus, tokenizer, cache_dir, max_seq_len, global_batch, seed,
-                                   pair_objective, mask_prob, whole_word, progress and context.is_main)
-    heldout_batches = (corpus_batches(heldout, tokenizer, cache_dir, max_seq_len, 64, seed + 1, pair_objective,
-                                      mask_prob, whole_word, progress and context.is_main) if heldout else None)
-    if context.distributed and context.is_main:
-        torch.distributed.barrier()
+    with main_process_first(context):     # the main process tokenizes, so the cache is built once
+        train_batches = corpus_batches(corpus, tokenizer, cache_dir, max_seq_len, global_batch, seed,
+                                       pair_objective, mask_prob, whole_word, progress and context.is_main)
+        heldout_batches = (corpus_batches(heldout, tokenizer, cache_dir, max_seq_len, 64, seed + 1, pair_objective,
+                                          mask_prob, whole_word, progress and context.is_main) if heldout else None)
 
     torch.manual_seed(seed)
     model = build_model(model_config, pair_objective)

@@ -34,6 +34,7 @@ steps take different times in two runs, so the progress at step n, and the
 rate, differ between a stopped-and-resumed run and an uninterrupted one.
 """
 
+import contextlib
 import itertools
 import math
 import os
@@ -90,6 +91,19 @@ def setup_context(device="auto"):
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return Context(device, rank, world_size)
+
+
+@contextlib.contextmanager
+def main_process_first(context):
+    """Run the block on the main process first, then on the others: what it
+    prepares and caches (train_mlm.py's token cache, distill.py's transfer
+    set and teacher logits) is made and written once, by the main process,
+    and the others read it from the cache."""
+    if context.distributed and not context.is_main:
+        dist.barrier()                   # wait for the main process's cache
+    yield
+    if context.distributed and context.is_main:
+        dist.barrier()                   # the cache is written: let the others read it
 
 
 # ----------------------------------------------------------------------------
