@@ -416,7 +416,8 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     once the run has reached its last step, unless keep_checkpoint; a run
     stopped by settings.max_minutes keeps it to resume. `teacher_label_map`:
     load_teacher's label_map, for a teacher trained with transformers."""
-    from minibert.commands.trainer import TrainingConfig, load_checkpoint, main_process_first, setup_context, train
+    from minibert.commands.trainer import (TrainingConfig, leave_process_group, load_checkpoint, main_process_first,
+                                           setup_context, train)
     from minibert.distillation import (DistillationObjective, build_student, optimizer_factory, predict_student,
                                        student_features, student_tokenizer)
     from minibert.finetuning import LengthGroupedBatches
@@ -491,6 +492,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
         save_student(model, tokenizer, task, output, record)
     if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
         (output / CHECKPOINT).unlink(missing_ok=True)     # finished: nothing left to resume
+    leave_process_group(context)            # after it, every process reads the best epoch the main one saved
     best, best_epoch_number = previous_best(output, task.main_metric)     # the folder holds the best epoch
     summary.update(record, task=task.name, best=best, best_epoch=best_epoch_number,
                    epochs_history=best_epoch.history, teacher_metrics=teacher_metrics, train_seconds=train_seconds,

@@ -378,7 +378,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     import torch
 
     from minibert.checkpoints import load_with_tokenizer
-    from minibert.commands.trainer import TrainingConfig, setup_context, train
+    from minibert.commands.trainer import TrainingConfig, leave_process_group, setup_context, train
     from minibert.finetuning import LengthGroupedBatches, Objective, TaskModel
     from minibert.heads import add_pooler_if_missing
     context = setup_context(device)
@@ -450,6 +450,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         save_task_model(model, task, tokenizer, output, record)
     if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
         (output / CHECKPOINT).unlink(missing_ok=True)     # finished: nothing left to resume
+    leave_process_group(context)
     summary.update(task=task.name, seconds=time.time() - started, epochs_history=best_epoch.history,
                    best=best_epoch.best, steps_per_epoch=len(batches))
     return summary

@@ -607,8 +607,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     flags that make the model config), which --resume must find unchanged."""
     import torch
 
-    from minibert.commands.trainer import (Prefetched, TrainingConfig, load_checkpoint, main_process_first,
-                                           setup_context, train)
+    from minibert.commands.trainer import (Prefetched, TrainingConfig, leave_process_group, load_checkpoint,
+                                           main_process_first, setup_context, train)
     from minibert.pretraining import MaskedLMObjective, evaluate_mlm
     if (steps is None) == (budget_minutes is None):
         raise MiniBertError(f"steps {steps!r}, budget_minutes {budget_minutes!r}: give one of the two, the "
@@ -683,6 +683,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
             if own_cache and steps != 0:     # a run of 0 steps only prepares: its cache is what it is for
                 shutil.rmtree(cache_dir, ignore_errors=True)
             checkpoint_path.unlink(missing_ok=True)
+    leave_process_group(context)
     summary["parameters"] = model.num_parameters()
     summary["run_config"] = {k: v for k, v in run_config.items() if k != "vocabulary"}  # the file has it
     return summary

@@ -106,6 +106,19 @@ def main_process_first(context):
         dist.barrier()                   # the cache is written: let the others read it
 
 
+def leave_process_group(context):
+    """The end of a run under torchrun, once it has done its work: every
+    process waits for the main one to have written what it writes (a
+    barrier: no process is done before the model is saved), then all leave
+    the process group. Leaving it stops gloo's and NCCL's threads while
+    Python still runs; a process that exits without it can abort (SIGABRT)
+    as those threads are torn down, and torchrun then stops the others, the
+    main one while it saves."""
+    if context.distributed and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 # ----------------------------------------------------------------------------
 # Checkpoints
 # ----------------------------------------------------------------------------
