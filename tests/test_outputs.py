@@ -345,6 +345,32 @@ def test_two_runs_on_one_output_the_second_stops_before_any_work(tmp_path, capsy
     assert not (tmp_path / "out").exists()                     # the second run wrote nothing
 
 
+def test_the_lock_is_filelocks_so_any_filelock_user_and_a_run_exclude_each_other(tmp_path):
+    """The lock is filelock's (an flock here, msvcrt's on Windows): a process holding
+    `.out.lock` through filelock keeps a run out, and a run's lock keeps filelock out."""
+    import filelock
+    from minibert.support.outputs import release_locks
+    other = filelock.FileLock(tmp_path / ".out.lock", timeout=0)
+    holder = subprocess.Popen([sys.executable, "-c", "import filelock, sys, time\n"
+                               "held = filelock.FileLock(sys.argv[1], timeout=0)\nheld.acquire()\n"
+                               "print('locked', flush=True)\n"
+                               "time.sleep(60)", str(tmp_path / ".out.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        with pytest.raises(MiniBertError, match=r"another run \(PID unknown\) is writing this folder"):
+            safe_run(folder=tmp_path / "out")        # filelock's holder wrote no PID
+    finally:
+        holder.kill()
+        holder.wait()
+    safe_run(folder=tmp_path / "out")
+    try:
+        with pytest.raises(filelock.Timeout):
+            other.acquire()
+    finally:
+        release_locks()
+    assert not (tmp_path / ".out.lock").exists()
+
+
 def test_a_folder_named_through_a_link_has_the_same_lock(tmp_path):
     from minibert.support.outputs import HELD_LOCKS, release_locks
     (tmp_path / "real").mkdir()

@@ -380,7 +380,7 @@ def _resume_from_checkpoint(output):
 # One run per output folder
 # ----------------------------------------------------------------------------
 
-HELD_LOCKS = []     # (path, fd) of the locks this process holds; cli.run releases them when main returns
+HELD_LOCKS = []     # (path, lock) of the locks this process holds; cli.run releases them when main returns
 
 
 def _lock(folder, flag):
@@ -388,45 +388,44 @@ def _lock(folder, flag):
     second run started on the same folder stops at once with one line,
     instead of both writing it. The lock is a sibling file `.FOLDER.lock`
     (the folder itself is replaced by write_folder, so it cannot carry it)
-    holding the PID, locked with flock: the operating system releases it if
-    the run dies, however it dies. Where flock does not exist (Windows) runs
-    are not locked. While it is held, SIGTERM stops the run as Ctrl-C does
-    (a Terminated, a KeyboardInterrupt), so that write_folder puts the old
-    folder back. Returns the lock, (path, fd), or None."""
-    try:
-        import fcntl
-    except ImportError:
-        return None
+    holding the PID, locked through `filelock` (installed with
+    huggingface_hub): an flock on Linux and macOS, a byte lock (msvcrt) on
+    Windows. On every platform the operating system releases it when the run
+    dies, however it dies, and a lock file left by a dead run is taken over
+    by the next. On Windows the holder's PID cannot be read while it holds
+    the file, and the message says "unknown". While the lock is held, SIGTERM stops the run as Ctrl-C does (a
+    Terminated, a KeyboardInterrupt), so that write_folder puts the old folder
+    back. Returns the lock, (path, FileLock)."""
+    from filelock import FileLock, Timeout
     folder = Path(folder).resolve()      # one lock for one folder, however it is named (a link to it, ..)
     folder.parent.mkdir(parents=True, exist_ok=True)
     path = folder.parent / f".{folder.name}.lock"
-    while True:
+
+    def write_pid(fd):                   # filelock calls this once the lock is ours, before anyone reads it
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as e:
-            raise MiniBertError(f"{flag} {folder}: cannot make its lock file {path} ({e.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            raise MiniBertError(f"{flag} {folder}: another run (PID {holder}) is writing this folder; wait for it "
-                                f"to end, or choose another folder") from None
-        # The lock file may have been removed by its last holder between our open and our lock.
-        if path.exists() and os.stat(path).st_ino == os.fstat(fd).st_ino:
-            break
-        os.close(fd)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:                  # a full disk: no empty lock file left behind (we hold it: no one uses it)
+            path.unlink(missing_ok=True)
+            raise
+
+    lock = FileLock(path, timeout=0, on_acquired=write_pid, thread_local=False)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-    except OSError as e:                 # a full disk: the lock file was made, its PID cannot be written
-        _release((path, fd))             # no empty lock file left behind (we hold the lock: no one else uses it)
+        lock.acquire()
+    except Timeout:
+        try:
+            holder = path.read_text(encoding="ascii", errors="replace").strip() or "unknown"
+        except OSError:
+            holder = "unknown"
+        raise MiniBertError(f"{flag} {folder}: another run (PID {holder}) is writing this folder; wait for it "
+                            f"to end, or choose another folder") from None
+    except OSError as e:
         hint = "free some space there, or choose another folder" if e.errno in DISK_FULL else "choose another folder"
         raise MiniBertError(f"{flag} {folder}: cannot write its lock file {path} ({e.strerror}); {hint}") from None
-    HELD_LOCKS.append((path, fd))
+    HELD_LOCKS.append((path, lock))
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)
-    return path, fd
+    return path, lock
 
 
 def _terminate(signum, frame):
@@ -436,12 +435,12 @@ def _terminate(signum, frame):
 def _release(lock):
     """Remove, then unlock, one lock (removing first, so that no other run
     can lock a file that is about to disappear)."""
-    path, fd = lock
+    path, file_lock = lock
     try:
         os.unlink(path)
-    except OSError:
+    except OSError:                      # Windows: a locked file cannot be removed; filelock removes it on release
         pass
-    os.close(fd)
+    file_lock.release()
     if not HELD_LOCKS and signal.getsignal(signal.SIGTERM) is _terminate:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
