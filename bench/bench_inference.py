@@ -22,7 +22,7 @@ also carry the parent's RSS from the fork, and clear_refs cannot reset it).
 "weights" is the RSS after building the model, "peak" the peak RSS during the
 forward passes, "+fwd" their difference (the activations and logits).
 
---bf16 adds a row under bfloat16 autocast (support/devices.autocast, what
+--bf16 adds a row under bfloat16 autocast (support/runtime.autocast, what
 every minibert script's --bf16 means: weights stay float32) for minibert and
 for transformers (sdpa), timed in the same interleaved rounds as the fp32
 rows; their ratio compares the two bf16 rows, and the top-1 of each bf16 row
@@ -48,7 +48,7 @@ from bench.common import environment, peak_rss_mib, start_peak_window  # noqa: E
 from minibert.checkpoints import build_and_fill  # noqa: E402
 from minibert.checkpoints.name_maps import normalize_hf_names  # noqa: E402
 from minibert.model import BertConfig, BertModel  # noqa: E402
-from minibert.support.devices import autocast  # noqa: E402
+from minibert.support.runtime import autocast  # noqa: E402
 
 BF16 = ", bf16"                                       # a row's name ends so when it runs under bf16 autocast
 

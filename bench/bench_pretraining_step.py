@@ -40,7 +40,7 @@ from bench.common import environment  # noqa: E402
 from minibert.checkpoints import build_and_fill  # noqa: E402
 from minibert.checkpoints.name_maps import normalize_hf_names  # noqa: E402
 from minibert.model import BertConfig  # noqa: E402
-from minibert.support.devices import autocast  # noqa: E402
+from minibert.support.runtime import autocast  # noqa: E402
 from minibert.training import make_optimizer  # noqa: E402
 
 SPARSE, FULL, THEIRS = "minibert (sparse head)", "minibert (full head)", "transformers"

@@ -239,7 +239,7 @@ def study_settings(args, model):
 
 def check_or_record_settings(work, settings):
     from minibert.support.errors import MiniBertError
-    from minibert.support.fileio import read_json_object, write_json
+    from minibert.support.files import read_json_object, write_json
 
     path = work / STUDY_FILE
     if path.is_file():
@@ -258,7 +258,7 @@ def pattern_variant(pattern_text, duplicate_text, num_layers):
     """(variant name, layer order) of one --patterns entry: "dup-2-3-4" for 2,3,4;
     the --duplicate pattern itself is the "duplicated" variant (not run twice)."""
     from minibert.duplication import check_layers, duplicate_order
-    from minibert.support.layer_orders import parse_indices
+    from minibert.support.checks import parse_indices
 
     indices = parse_indices(pattern_text, "--patterns")
     check_layers(indices, num_layers, "--patterns")        # duplicate_order's own errors would say --duplicate
@@ -276,8 +276,8 @@ def build_variants(model_name, duplicate_text, work, patterns=()):
     from minibert.duplication import duplicate_order, source_layer_order
     from minibert.commands.duplicate import write_model
     from minibert.support.errors import MiniBertError
-    from minibert.support.fileio import read_json_object
-    from minibert.support.layer_orders import parse_indices
+    from minibert.support.files import read_json_object
+    from minibert.support.checks import parse_indices
 
     model = load_pretrained(model_name)
     config = model.config
@@ -356,7 +356,7 @@ def write_examples(task_name, examples, path):
     import json
 
     from minibert.support.errors import MiniBertError
-    from minibert.support.fileio import atomic_write
+    from minibert.support.files import atomic_write
 
     with atomic_write(path, mode="w") as f:
         if task_name == "sst2":
@@ -408,7 +408,7 @@ def score_ensemble(folders, eval_path, args, work, name):
     while it names the same members and held-out file and no member was
     scored again since (an ensemble runs every member over the held-out set:
     a resumed study should not pay for it twice)."""
-    from minibert.support.fileio import read_json_object, write_json
+    from minibert.support.files import read_json_object, write_json
 
     path = work / "ensembles" / f"{name}.json"
     key = {"members": [str(f) for f in folders], "eval": str(eval_path)}
@@ -428,7 +428,7 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder, si
     `sift` (a SiftConfig) adds SiFT (bench/sift_study.py). Returns (metrics
     record, reused)."""
     from minibert.commands import finetune as finetune_command
-    from minibert.support.fileio import read_json_object, write_json
+    from minibert.support.files import read_json_object, write_json
 
     if (folder / TASK_FILE).is_file() and (folder / METRICS_FILE).is_file():
         return read_json_object(folder / METRICS_FILE), True
@@ -460,7 +460,7 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder, si
 def main(argv=None):
     args = parser.parse_args(argv)
     from minibert.support.errors import MiniBertError
-    from minibert.support.fileio import write_json
+    from minibert.support.files import write_json
     from minibert.tasks import make_task
 
     if args.threads:

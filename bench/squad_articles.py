@@ -45,7 +45,7 @@ def split_by_title(squad, titles):
 
 def main(argv=None):
     from minibert.support.errors import MiniBertError
-    from minibert.support.fileio import write_json
+    from minibert.support.files import write_json
     args = parser.parse_args(argv)
     try:
         squad = json.loads(Path(args.file).read_text(encoding="utf-8"))

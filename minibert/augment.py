@@ -38,9 +38,9 @@ from collections import defaultdict
 import numpy as np
 from tqdm.auto import tqdm
 
-from minibert.support.distillation.words import check_augmentation, tagged_word_counts
 from minibert.support.errors import MiniBertError
-from minibert.support.seeds import seed_from
+from minibert.support.runtime import seed_from
+from minibert.support.student_files import check_augmentation, tagged_word_counts
 
 MASK = "[MASK]"
 
@@ -217,7 +217,7 @@ class PosLexicon:
 
     @classmethod
     def from_file(cls, path):
-        """The lexicon of one tagged file (support/distillation/words.tagged_word_counts), its words
+        """The lexicon of one tagged file (support/student_files.tagged_word_counts), its words
         those that split_words keeps whole."""
         return cls(tagged_word_counts([path], split_words))
 

@@ -61,7 +61,7 @@ import torch.nn.functional as F
 
 from minibert.model import (ACTIVATIONS, Activation, BertModel, BertModelOutput, LayerNorm, MaskedLMHead, Pooler,
                             TransformerLayer, merge_heads, split_heads)
-from minibert.support.config_checks import DEBERTA_MODEL_TYPES, check_deberta_config, check_deberta_json, named_by
+from minibert.support.checks import DEBERTA_MODEL_TYPES, check_deberta_config, check_deberta_json, named_by
 from minibert.support.errors import MiniBertError
 
 MODEL_TYPES = DEBERTA_MODEL_TYPES  # "deberta" (v1), "deberta-v2" (v2 and v3)
@@ -124,7 +124,7 @@ class DebertaConfig:
 
     def validate(self):
         """Each field's type and range, or a MiniBertError naming the field
-        (the checks are support code: minibert/support/config_checks.py)."""
+        (the checks are support code: minibert/support/checks.py)."""
         check_deberta_config(self, ACTIVATIONS)
 
     @classmethod

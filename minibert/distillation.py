@@ -34,10 +34,10 @@ from minibert.augment import MASK, split_words, transfer_set
 from minibert.finetuning import run_model
 from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier, StudentConfig
-from minibert.support.distillation.student_inputs import collate_student, read_word_vocabulary, write_word_vocabulary
-from minibert.support.distillation.word_vectors import StartingEmbeddings
 from minibert.support.errors import MiniBertError
-from minibert.support.seeds import seed_from
+from minibert.support.runtime import seed_from
+from minibert.support.student_files import (StartingEmbeddings, collate_student, read_word_vocabulary,
+                                            write_word_vocabulary)
 from minibert.support.task_files import ClassificationExample
 
 # ---- 0. The settings and their per-task defaults ------------------------------------------------
@@ -188,7 +188,7 @@ class WordTokenizer:
         return encoded
 
     def save(self, folder):
-        write_word_vocabulary(folder, self.words)     # vocab.txt: support/distillation/student_inputs.py
+        write_word_vocabulary(folder, self.words)     # vocab.txt: support/student_files.py
 
     @classmethod
     def load(cls, folder, max_seq_len):

@@ -28,9 +28,8 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from minibert.heads import IGNORE_INDEX
-from minibert.support.devices import autocast as bf16_autocast, move_to_device
 from minibert.support.errors import MiniBertError
-from minibert.support.seeds import generator_for
+from minibert.support.runtime import autocast as bf16_autocast, generator_for, move_to_device
 
 # ----------------------------------------------------------------------------
 # The model: the pretrained model + one head
@@ -173,7 +172,7 @@ def run_model(model, features, pad_id, outputs, batch_size=128, device="cpu", pr
     Features are run longest first in large batches (no gradients, so a
     batch can be larger than in training). logits_of(model, batch) defaults
     to model(input_ids, attention_mask, token_type_ids). bf16: under
-    bfloat16 autocast (support/devices.autocast); `outputs` turns the
+    bfloat16 autocast (support/runtime.autocast); `outputs` turns the
     logits back into float32."""
     logits_of = logits_of or model_logits
     model.eval().to(device)

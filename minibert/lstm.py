@@ -2,7 +2,7 @@
 
 Read it top to bottom: the LSTM cell, the LSTM that runs it over a padded
 batch in both directions, and the classifier with its config (StudentConfig; the checks of
-its fields: support/distillation/student_config.py).
+its fields: support/checks.py).
 
 Tang et al. distil a fine-tuned BERT into "a single-layer BiLSTM, as well as its siamese
 counterpart for sentence-pair tasks" ([Tang] Section 3; d-bert's model/bi_rnn.py, siamese_rnn.py):
@@ -58,7 +58,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from minibert.support.distillation.student_config import REQUIRED, check_student_fields, student_fields_from
+from minibert.support.checks import REQUIRED, check_student_fields, student_fields_from
 from minibert.support.errors import MiniBertError
 
 # ----------------------------------------------------------------------------
@@ -73,7 +73,7 @@ class StudentConfig:
     0.1: 603,002 parameters besides the embeddings). The paper's 0.96M SST-2
     student (Table 3) is the same with embeddings_mode "multichannel"
     (confs/birnn_sst2_150.json): a 600-d LSTM input, 963,002 parameters.
-    The checks of the fields are support code (support/distillation/student_config.py)."""
+    The checks of the fields are support code (support/checks.py)."""
 
     vocab_size: int
     num_classes: int                 # K

@@ -17,7 +17,7 @@ official script, quirks included (docs/papers.md section 4):
 Every score is a percentage (0-100), as the official scripts print it.
 Arguments that cannot be scored (lengths that differ, question ids the
 dataset does not have, malformed tags) raise `MiniBertError`; the checks
-are minibert/support/metric_inputs.py.
+are minibert/support/checks.py.
 """
 
 import collections
@@ -25,8 +25,8 @@ import re
 import string
 import sys
 
+from minibert.support.checks import check_predictions, check_v2_inputs, paired, squad_questions
 from minibert.support.errors import MiniBertError
-from minibert.support.metric_inputs import check_predictions, check_v2_inputs, paired, squad_questions
 
 # ----------------------------------------------------------------------------
 # Classification (GLUE)

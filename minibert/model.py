@@ -50,7 +50,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minibert.support.config_checks import check_bert_config
+from minibert.support.checks import check_bert_config
 from minibert.support.errors import MiniBertError
 
 # ----------------------------------------------------------------------------
@@ -152,7 +152,7 @@ class BertConfig:
 
     def validate(self):
         """Each field's type and range, or a MiniBertError naming the field
-        (the checks are support code: minibert/support/config_checks.py)."""
+        (the checks are support code: minibert/support/checks.py)."""
         check_bert_config(self, ACTIVATIONS)
 
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from minibert.heads import IGNORE_INDEX
-from minibert.support.devices import move_to_device
+from minibert.support.runtime import move_to_device
 
 
 def masked_lm_loss(model, batch):

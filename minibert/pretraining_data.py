@@ -16,7 +16,7 @@ random (shuffling, sentence pairs, masking) is drawn from a generator seeded
 by (seed, epoch, batch number), so masks are fresh each epoch, a resumed run
 sees exactly the batches it would have seen, and every process of a
 distributed run agrees on the whole global batch and takes its own slice
-(the corpus is split and tokenized once, into support/token_cache.py's cache,
+(the corpus is split and tokenized once, into support/caches.py's cache,
 which runs split_sentences).
 """
 
@@ -27,8 +27,8 @@ import torch
 
 from minibert.heads import IGNORE_INDEX
 from minibert.support.errors import MiniBertError
-from minibert.support.fingerprints import vocabulary
-from minibert.support.seeds import generator_for
+from minibert.support.files import vocabulary
+from minibert.support.runtime import generator_for
 
 
 def mask_tokens(input_ids, special_mask, word_starts, tokenizer_ids, generator, mask_prob=0.15,

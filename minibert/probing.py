@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from minibert.support.devices import autocast, move_to_device
 from minibert.support.errors import MiniBertError
+from minibert.support.runtime import autocast, move_to_device
 from minibert.model import MaskedLMHead
 
 

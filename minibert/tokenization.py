@@ -18,7 +18,7 @@ What is where:
   4. Tokenizer: text (or a pair) -> [CLS] A [SEP] B [SEP] ids and token types,
      truncated by BERT's rule (truncate_seq_pair), padded into a batch. It runs
      a `tokenizers` pipeline that applies the rules above (the same tokens,
-     tested), assembled from them in one call to support/fast_tokenizers.py;
+     tested), assembled from them in one call to support/tokenizer_files.py;
   5. wordpiece_tokenizer (a vocab.txt) and load_tokenizer (a model folder or name).
 """
 
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import torch
 
 from minibert.support.errors import MiniBertError
-from minibert.support.fast_tokenizers import (albert_pipeline, check_batch, check_max_length, check_text,
+from minibert.support.tokenizer_files import (albert_pipeline, check_batch, check_max_length, check_text,
                                               deberta_v1_pipeline, deberta_v2_pipeline, load_tokenizer_files,
-                                              tokenizer_json_pipeline, trained_wordpiece_vocab, wordpiece_pipeline)
-from minibert.support.tokenizer_files import read_vocab, write_tokenizer_files
+                                              read_vocab, tokenizer_json_pipeline, trained_wordpiece_vocab,
+                                              wordpiece_pipeline, write_tokenizer_files)
 
 # The special tokens of every BERT vocabulary, never split. train_wordpiece puts
 # them at ids 0..4 in this order. (Google's released vocabularies use [PAD]=0,
@@ -309,7 +309,7 @@ class Tokenizer:
     WordPiece / unigram / BPE, post-processor adding [CLS]/[SEP]) that applies
     the rules above; the constructors below (from_vocab_file, train_wordpiece,
     albert, deberta_v2, deberta_v1, load) assemble it from them in one call to
-    support/fast_tokenizers.py."""
+    support/tokenizer_files.py."""
 
     def __init__(self, backend, kind, do_lower_case, pad_token, unk_token,
                  cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
@@ -391,7 +391,7 @@ class Tokenizer:
              local_files_only=False):
         """The tokenizer of a model folder, a tokenizer file, or a model name (None:
         the bundled default model), built by the constructor its files call for;
-        which files and which casing: support/fast_tokenizers.load_tokenizer_files."""
+        which files and which casing: support/tokenizer_files.load_tokenizer_files."""
         return load_tokenizer_files(cls, name_or_path, force_download=force_download, revision=revision,
                                     cache_dir=cache_dir, token=token, local_files_only=local_files_only)
 

@@ -31,9 +31,9 @@ import torch
 from minibert.model import ACTIVATIONS, attention, merge_heads, split_heads
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, make_parent_folder, output_file,
                                   positive_int, run, script_main)
-from minibert.support.devices import autocast
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import write_json
+from minibert.support.files import write_json
+from minibert.support.runtime import autocast
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -164,7 +164,7 @@ def walk(model, tokenizer, text, layer=0, head=0, top_k=5, bf16=False):
     step as plain numbers (a dict that json.dump writes as it is;
     `format_walk` prints it). `layer` counts executed layers from 0. bf16:
     the run and the steps recomputed from it are under bfloat16 autocast
-    (support/devices.autocast), so the numbers are bfloat16's."""
+    (support/runtime.autocast), so the numbers are bfloat16's."""
     check_model(model)
     error = choice_error(model, layer, head)
     if error:

@@ -43,9 +43,9 @@ def run_script_in_process(capsys, script, *args):
 # of the files written inside the staging folder before that do not count.
 KILLED_AT_RENAME = """
 import os, runpy, signal, sys
-from minibert.support import folders
+from minibert.support import outputs
 script, at, how = sys.argv[1], int(sys.argv[2]), getattr(signal, sys.argv[3])
-real_fsync, real_replace, renames = folders.fsync_folder, os.replace, []
+real_fsync, real_replace, renames = outputs.fsync_folder, os.replace, []
 
 def replace(source, target):
     renames.append(target)
@@ -54,11 +54,11 @@ def replace(source, target):
     real_replace(source, target)
 
 def fsync_folder(folder):
-    if folders.LEFTOVER.fullmatch(os.path.basename(folder)):     # the staging folder, complete
+    if outputs.LEFTOVER.fullmatch(os.path.basename(folder)):     # the staging folder, complete
         os.replace = replace
     real_fsync(folder)
 
-folders.fsync_folder = fsync_folder
+outputs.fsync_folder = fsync_folder
 sys.argv = [script, *sys.argv[4:]]
 runpy.run_path(script, run_name="__main__")
 """
@@ -72,7 +72,7 @@ def run_killed_at_rename(script, args, at, signal_name="SIGKILL"):
 
 
 # A script run that logs each os.replace its process makes, one JSON line [its torchrun RANK, the target]:
-# every file minibert writes ends in one (support/fileio.atomic_write, write_folder's swap).
+# every file minibert writes ends in one (support/files.atomic_write, write_folder's swap).
 LOGGING_WRITES = """
 import json, os, runpy, sys
 log, script = sys.argv[1], sys.argv[2]

@@ -1,5 +1,5 @@
 """--bf16 on every inference path (probe.py, duplicate.py --probe, the walkthrough, finetune.py's and
-distill.py's evaluation and prediction): one flag, one meaning (support/devices.autocast), and nearly
+distill.py's evaluation and prediction): one flag, one meaning (support/runtime.autocast), and nearly
 the float32 answer on tiny readable models."""
 
 import json
@@ -11,7 +11,7 @@ from minibert import probing, walkthrough
 from minibert.checkpoints import load_pretrained
 from minibert.lstm import BiLSTMClassifier
 from minibert.commands.distill import save_student
-from minibert.support.devices import autocast
+from minibert.support.runtime import autocast
 from minibert.lstm import StudentConfig
 from minibert.distillation import PieceTokenizer
 from minibert.tasks import make_task

@@ -31,9 +31,9 @@ import torch
 
 import minibert
 from minibert.checkpoints import huggingface_config, huggingface_state_dict, load_pretrained, save_pretrained
-from minibert.support.hub import BUNDLED_MODEL_DIR
-from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.support.errors import MiniBertError
+from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
+from minibert.support.hub import BUNDLED_MODEL_DIR
 from minibert.model import BertConfig, BertModel
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -761,7 +761,7 @@ def test_weights_that_hold_nan_are_one_line_for_every_reader(tmp_path, capsys):
 
 def test_a_model_and_its_tokenizer_are_read_as_one_snapshot_while_a_run_replaces_their_folder(tmp_path, monkeypatch):
     from minibert.checkpoints import load_with_tokenizer, pretrained
-    from minibert.support.folders import write_folder
+    from minibert.support.outputs import write_folder
     from tiny_models import save_tiny_model
     save_tiny_model(tmp_path / "m")
     newer = save_tiny_model(tmp_path / "b", sentences=["a dog ran in the park .", "birds sing at dawn ."], seed=1)

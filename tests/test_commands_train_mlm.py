@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 KILLED_SAVE = """
 import os, runpy, signal, sys
 from minibert.commands import train_mlm
-from minibert.support import folders
+from minibert.support import outputs
 kill_at = sys.argv[1]
 real_write_folder, real_replace = train_mlm.write_folder, os.replace
 
@@ -47,7 +47,7 @@ def write_folder(folder, write_into, **kwargs):
         if kill_at == "while writing":
             os.kill(os.getpid(), signal.SIGKILL)
 
-    folders.os.replace = replace
+    outputs.os.replace = replace
     return real_write_folder(folder, write, **kwargs)
 
 train_mlm.write_folder = write_folder
@@ -84,7 +84,7 @@ def data_and_straight_run(tmp_path_factory):
 
 
 # The moment where the folder itself is missing; the other kill points of
-# write_folder are tested on the function itself (tests/test_folders.py).
+# write_folder are tested on the function itself (tests/test_outputs.py).
 @pytest.mark.parametrize("kill_at", ["between the two renames"])
 def test_a_run_killed_while_saving_its_model_keeps_the_old_one_and_resumes_to_the_same_end(
         data_and_straight_run, tmp_path, kill_at):

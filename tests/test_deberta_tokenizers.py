@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from minibert.support.errors import MiniBertError
-from minibert.support.sentencepiece_model import read_sentencepiece_model
+from minibert.support.protobuf import read_sentencepiece_model
 from minibert.tokenization import (DEBERTA_SPECIAL_TOKENS, Tokenizer, load_tokenizer, run_split_on_punc,
                                    sentencepiece_words, truncate_seq_pair)
 

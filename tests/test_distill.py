@@ -295,7 +295,7 @@ def test_no_output_may_write_over_a_model_or_an_input(distilled, setup, tmp_path
 
 
 def bf16_lstm_runs_here():
-    from minibert.support.devices import check_bf16_lstm
+    from minibert.support.runtime import check_bf16_lstm
     try:
         check_bf16_lstm("cpu")
         return True
@@ -412,14 +412,14 @@ def test_prose_given_as_pos_file_stops_the_run_with_one_line(setup, tmp_path, ca
 
 def test_bf16_where_the_cpu_cannot_run_an_lstm_in_it_is_one_line_before_any_work(setup, tmp_path, capsys,
                                                                                  monkeypatch):
-    import minibert.support.devices as devices
+    import minibert.support.runtime as runtime
     real = torch.nn.LSTM.forward
 
     def without_bf16(self, *args, **kwargs):     # as oneDNN answers on a CPU without AVX512-BF16
         if torch.is_autocast_enabled("cpu"):
             raise RuntimeError("could not create a primitive descriptor for the LSTM forward propagation primitive")
         return real(self, *args, **kwargs)
-    monkeypatch.setattr(devices.torch.nn.LSTM, "forward", without_bf16)
+    monkeypatch.setattr(runtime.torch.nn.LSTM, "forward", without_bf16)
     code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "s", "--bf16"))
     assert code == 1 and error_line(code, captured) == ("error: --bf16: this CPU cannot run an LSTM in bfloat16 (a "
                                                         "CPU needs AVX512-BF16 or AMX for it); run without --bf16")
@@ -429,5 +429,5 @@ def test_bf16_where_the_cpu_cannot_run_an_lstm_in_it_is_one_line_before_any_work
 def test_the_default_lexicon_is_conll_beside_the_repository():
     # The distill command, not the lessons or support, knows the data folder next to a checkout.
     assert distill_command.DEFAULT_POS_FILE == REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
-    from minibert.support.distillation import settings, transfer_cache
-    assert not hasattr(settings, "DEFAULT_POS_FILE") and not hasattr(transfer_cache, "DEFAULT_POS_FILE")
+    from minibert.support import caches, student_files
+    assert not hasattr(student_files, "DEFAULT_POS_FILE") and not hasattr(caches, "DEFAULT_POS_FILE")

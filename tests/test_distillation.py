@@ -18,8 +18,7 @@ from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier
 from minibert.distillation import DistillationSettings, WordTokenizer, build_vocabulary, optimizer_factory
 from minibert.lstm import StudentConfig
-from minibert.support.distillation.settings import pos_file_path
-from minibert.support.distillation.student_inputs import collate_student
+from minibert.support.student_files import collate_student, pos_file_path
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample
 from minibert.commands.trainer import Context, TrainingConfig, train

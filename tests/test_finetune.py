@@ -14,7 +14,7 @@ import torch
 from helpers import assert_the_main_process_alone_reports, one_and_two_process_runs, run_script, run_script_in_process
 from minibert.checkpoints import save_pretrained
 from minibert.model import BertModel
-from minibert.support.fingerprints import tokenizer_fingerprint
+from minibert.support.files import tokenizer_fingerprint
 from minibert.tokenization import load_tokenizer
 from tiny_models import FILLER, NEGATIVE, POSITIVE, tiny_config, write_sst2, write_toy_sst2, write_vocab
 

@@ -20,7 +20,7 @@ from minibert.checkpoints import load_pretrained
 from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
 from minibert.support.errors import MiniBertError
-from minibert.support.seeds import seed_from
+from minibert.support.runtime import seed_from
 from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask
 from minibert.training import make_optimizer, training_step, warmup_then_linear_decay

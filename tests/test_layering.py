@@ -149,19 +149,20 @@ def test_model_files_depend_only_on_the_error_type_and_their_config_checks():
     # import support's error type and their config checks only (deberta.py
     # also model.py, whose pieces it reuses).
     graph = import_graph()
-    assert graph["minibert.model"] == {"minibert.support.errors", "minibert.support.config_checks"}
-    assert graph["minibert.deberta"] == {"minibert.support.errors", "minibert.support.config_checks", "minibert.model"}
-    assert graph["minibert.lstm"] == {"minibert.support.errors", "minibert.support.distillation.student_config"}
+    assert graph["minibert.model"] == {"minibert.support.errors", "minibert.support.checks"}
+    assert graph["minibert.deberta"] == {"minibert.support.errors", "minibert.support.checks", "minibert.model"}
+    assert graph["minibert.lstm"] == {"minibert.support.errors", "minibert.support.checks"}
+    assert graph["minibert.support.checks"] == {"minibert.support.errors"}      # and the checks import no more
 
 
 def test_tokenization_and_checkpoints_share_hub_and_protobuf_from_below():
     graph = import_graph()
     assert "minibert.checkpoints" not in graph["minibert.tokenization"]
-    assert "minibert.support.fast_tokenizers" in graph["minibert.tokenization"]
-    assert {"minibert.support.hub", "minibert.support.sentencepiece_model"} <= graph["minibert.support.fast_tokenizers"]
-    assert "minibert.support.protobuf" in graph["minibert.support.sentencepiece_model"]
+    assert "minibert.support.tokenizer_files" in graph["minibert.tokenization"]
+    assert {"minibert.support.hub", "minibert.support.protobuf"} <= graph["minibert.support.tokenizer_files"]
+    assert "minibert.support.protobuf" in graph["minibert.checkpoints.tf_bundle"]
     assert not any(name.startswith("minibert.") and not name.startswith("minibert.support.")
-                   for name in graph["minibert.support.sentencepiece_model"] | graph["minibert.support.tokenizer_files"])
+                   for name in graph["minibert.support.protobuf"] | graph["minibert.support.tokenizer_files"])
     assert not any(name.startswith("minibert.checkpoints") for name in graph["minibert.support.hub"])
 
 

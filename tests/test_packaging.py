@@ -182,12 +182,9 @@ def test_every_progress_display_is_tqdm_auto_so_a_notebook_draws_a_widget():
     """Plain tqdm in a notebook prints cursor-up codes the notebook ignores,
     so nested displays (an evaluation inside training) pile up as lines.
     Outside a notebook tqdm.auto is plain tqdm, so the imports are what is
-    checked. minibert/support/hub.py is left out: its downloads are moving
-    onto huggingface_hub, which draws its own."""
+    checked (huggingface_hub draws its own)."""
     imports = {}
     for path in sorted((ROOT / "minibert").rglob("*.py")):
-        if path.name == "hub.py":
-            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tqdm":
                 imports[path.relative_to(ROOT).as_posix()] = node.module

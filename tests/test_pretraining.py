@@ -16,13 +16,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minibert.support.errors import MiniBertError
+from minibert.support.caches import build_token_cache, check_token_cache
 from minibert.model import BertConfig, BertModel
 from minibert.pretraining import MaskedLMObjective, masked_lm_loss
 from minibert.pretraining_data import SENTENCE_END, split_sentences
 from minibert.commands.train_mlm import pretrain
-from minibert.support.fingerprints import tokenizer_fingerprint
-from minibert.support.token_cache import build_token_cache, check_token_cache
+from minibert.support.errors import MiniBertError
+from minibert.support.files import tokenizer_fingerprint
 from minibert.tokenization import Tokenizer, wordpiece_tokenizer
 from minibert.commands.trainer import load_checkpoint
 from helpers import assert_the_main_process_alone_reports, one_and_two_process_runs, run_script_in_process

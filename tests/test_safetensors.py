@@ -28,7 +28,7 @@ from minibert.checkpoints.safetensors import (  # noqa: E402
     save_weights,
 )
 from minibert.support.errors import MiniBertError  # noqa: E402
-from minibert.support.fileio import atomic_write, read_json_object  # noqa: E402
+from minibert.support.files import atomic_write, read_json_object  # noqa: E402
 from tiny_models import save_tiny_model  # noqa: E402
 
 

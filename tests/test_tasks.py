@@ -55,7 +55,7 @@ TOY_TASK = '''
 """Toy sentiment: positive, negative or neutral (no sentiment word), from lines "LABEL | sentence"."""
 
 from minibert import metrics
-from minibert.support.fileio import atomic_write
+from minibert.support.files import atomic_write
 from minibert.support.task_files import ClassificationExample, line_error, nonempty, numbered_lines
 from minibert.tasks import register
 from minibert.tasks.classification import ClassificationTask

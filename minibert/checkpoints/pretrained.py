@@ -43,7 +43,7 @@ from minibert.checkpoints.name_maps import (LoadReport, detect_heads, expand, mo
                                             normalize_tf_names, tied_copy_rows)
 from minibert.deberta import MODEL_TYPES as DEBERTA_MODEL_TYPES, DebertaConfig, DebertaModel
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write, read_json_object, write_json
+from minibert.support.files import atomic_write, read_json_object, write_json
 from minibert.model import BertConfig, BertModel, MaskedLMHead
 from minibert.support.tokenizer_files import TOKENIZER_FILES
 from minibert.tokenization import load_tokenizer
@@ -92,9 +92,9 @@ def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, fo
 
 def load_with_tokenizer(name_or_path=None):
     """(model, tokenizer) of one folder, read as one snapshot
-    (support/folders.read_as_one): never the weights of one model with the
+    (support/outputs.read_as_one): never the weights of one model with the
     vocabulary of the next, should a run replace the folder in between."""
-    from minibert.support.folders import read_as_one
+    from minibert.support.outputs import read_as_one
     from minibert.support.hub import resolve_model_dir
     folder = Path(resolve_model_dir(name_or_path))
     return read_as_one(folder, lambda: (load_pretrained(folder), load_tokenizer(folder)))

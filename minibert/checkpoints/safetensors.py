@@ -47,9 +47,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minibert.support.devices import check_can_allocate
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write
+from minibert.support.files import atomic_write
+from minibert.support.runtime import check_can_allocate
 
 MAX_HEADER_BYTES = 100_000_000  # the reference reader's limit
 METADATA_KEY = "__metadata__"

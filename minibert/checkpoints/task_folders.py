@@ -31,8 +31,7 @@ from minibert.checkpoints.families import BY_MODEL_TYPE
 from minibert.checkpoints.pretrained import load_pretrained
 from minibert.checkpoints.task_heads import TASK_HEADS, head_kind, head_tensor_names, load_task_head
 from minibert.support.errors import MiniBertError, ParameterError
-from minibert.support.fileio import read_json_object
-from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
+from minibert.support.files import check_tokenizer_matches, read_json_object, tokenizer_fingerprint
 from minibert.tokenization import load_tokenizer
 
 GENERIC_LABEL = re.compile(r"LABEL_\d+")      # transformers' name for a label config.json does not name

@@ -65,17 +65,13 @@ from tqdm.auto import tqdm
 
 from minibert.commands.finetune import BestEpoch, evaluate, load_task_model
 from minibert.support import cli
-from minibert.support.cli import ArgumentParser, HelpFormatter, script_main
-from minibert.support.distillation.settings import check_files, check_run, check_teacher_folder, pos_file_path
-from minibert.support.distillation.student_config import MAX_EMBEDDING_DIM
+from minibert.support.checks import MAX_EMBEDDING_DIM
+from minibert.support.cli import ArgumentParser, HelpFormatter, format_metrics, json_safe, script_main
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import read_json_object, write_json
-from minibert.support.fingerprints import fingerprint
-from minibert.support.folders import (CHECKPOINT, read_as_one, read_record, restore_interrupted, write_folder,
-                                      write_record)
-from minibert.support.inputs import as_given, not_a_file
-from minibert.support.outputs import file_identity, is_main_process, safe_run
-from minibert.support.reports import format_metrics, json_safe
+from minibert.support.files import as_given, fingerprint, not_a_file, read_json_object, write_json
+from minibert.support.outputs import (CHECKPOINT, file_identity, is_main_process, read_as_one, read_record,
+                                      restore_interrupted, safe_run, write_folder, write_record)
+from minibert.support.student_files import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.tasks import CLASSIFICATION, make_task
 
 # Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
@@ -389,10 +385,10 @@ def load_teacher(folder, task_name=None, label_map=None):
 def transfer_set_with_logits(teacher, examples, train_file, settings, device="cpu", progress=True):
     """(transfer examples, teacher logits (N, K), whether the cache answered):
     augment and ask the teacher once; a later run with the same teacher, data
-    and settings reads both back from the cache (support/distillation/transfer_cache.py)."""
+    and settings reads both back from the cache (support/caches.py)."""
     from minibert.augment import PosLexicon
     from minibert.distillation import make_transfer_set, teacher_logits
-    from minibert.support.distillation.transfer_cache import cached_transfer_set
+    from minibert.support.caches import cached_transfer_set
 
     def augment_and_ask_the_teacher():
         transfer = list(examples)
@@ -421,8 +417,8 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     from minibert.distillation import (DistillationObjective, build_student, optimizer_factory, predict_student,
                                        student_features, student_tokenizer)
     from minibert.finetuning import LengthGroupedBatches
-    from minibert.support.devices import check_bf16_lstm
-    from minibert.support.distillation.student_inputs import collate_student
+    from minibert.support.runtime import check_bf16_lstm
+    from minibert.support.student_files import collate_student
 
     context, output = setup_context(device), Path(output)
     check_files(settings)
@@ -585,7 +581,7 @@ def describe_run(task, record, steps_per_epoch, total_steps, counts):
 # vocabulary (vocab.txt, or the teacher's tokenizer files) and student.json
 # (the config, the task and its labels, how the text is tokenized, the run's
 # record); docs/formats.md describes every file. It is written as one unit
-# (support/folders.write_folder), so a folder is never a mix of two epochs.
+# (support/outputs.write_folder), so a folder is never a mix of two epochs.
 # The weights carry BiLSTMClassifier's names (embedding.weight, lstm.weight_ih_l0,
 # ..., fc1.weight, fc2.bias), so plain torch and safetensors read them too.
 # load_student builds the student, its tokenizer and its task from a folder,
@@ -598,7 +594,7 @@ WEIGHTS_FILE = "student.safetensors"
 def save_student(model, tokenizer, task, folder, record):
     """student.safetensors, the vocabulary (vocab.txt, or the teacher's
     tokenizer files) and student.json, written as one unit
-    (support/folders.write_folder: a temporary folder renamed into place, so
+    (support/outputs.write_folder: a temporary folder renamed into place, so
     a kill leaves the old best epoch or the new one, whole). The folder's
     other files (checkpoint.pt) are carried over."""
     from minibert.checkpoints.safetensors import save_weights
@@ -657,7 +653,7 @@ def previous_best(folder, main_metric):
 
 def load_student(folder):
     """(model in eval mode, tokenizer, task) from a student folder, read as
-    one snapshot of it (support/folders.read_as_one)."""
+    one snapshot of it (support/outputs.read_as_one)."""
     return read_as_one(folder, lambda: read_student(folder))
 
 

@@ -46,10 +46,10 @@ examples:
   python duplicate.py --model DEBERTA_DIR --duplicate 0,1 --output deberta-deeper/
 """
 
+from minibert.support.checks import MAX_DEPTH, check_pretrained_source, parse_indices
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_reports, int_between, make_parent_folder,
                                   output_folder, positive_int, script_main)
-from minibert.support.fileio import write_json
-from minibert.support.layer_orders import MAX_DEPTH, check_pretrained_source, parse_indices
+from minibert.support.files import write_json
 from minibert.support.outputs import safe_run
 
 # Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
@@ -173,12 +173,12 @@ def deeper_model(model, duplicate=None, order=None, repeat=None, tied=False):
 def write_model(deeper, output, source_dir=None, record=None, force=False):
     """Hugging Face layout (config.json, model.safetensors, tokenizer files
     from `source_dir`), plus duplication.json saying how it was made,
-    written as one unit (support/folders.write_folder): a kill or a full
+    written as one unit (support/outputs.write_folder): a kill or a full
     disk leaves the old folder or the new one. Over an old model (--force),
     the new one replaces all its model files (a fine-tuned folder's
     metrics.json, a training run's checkpoint.pt); a user's other files stay."""
     from minibert.checkpoints import save_pretrained
-    from minibert.support.folders import CHECKPOINT, MODEL_FOLDER_FILES, write_folder
+    from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, write_folder
     from minibert.support.outputs import check_output_folder
     check_output_folder(output, force, source=source_dir)
     if source_dir is not None:

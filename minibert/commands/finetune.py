@@ -71,15 +71,11 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from minibert.support import cli
-from minibert.support.cli import ArgumentParser, HelpFormatter, script_main
+from minibert.support.cli import ArgumentParser, HelpFormatter, format_metrics, json_safe, script_main
 from minibert.support.errors import MiniBertError, ParameterError
-from minibert.support.fileio import write_json
-from minibert.support.fingerprints import check_tokenizer_matches, tokenizer_fingerprint
-from minibert.support.folders import (CHECKPOINT, check_task_record, read_as_one, read_record, write_folder,
-                                      write_record)
-from minibert.support.inputs import as_given
-from minibert.support.outputs import file_identity, is_main_process, safe_run
-from minibert.support.reports import format_metrics, json_safe
+from minibert.support.files import as_given, check_tokenizer_matches, tokenizer_fingerprint, write_json
+from minibert.support.outputs import (CHECKPOINT, check_task_record, file_identity, is_main_process, read_as_one,
+                                      read_record, safe_run, write_folder, write_record)
 from minibert.tasks import TASKS, make_task
 
 # Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
@@ -462,7 +458,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
 
 
 def save_task_model(model, task, tokenizer, folder, record, metrics=None):
-    """The fine-tuned folder, written as one unit (support/folders.py: into a
+    """The fine-tuned folder, written as one unit (support/outputs.py: into a
     temporary folder renamed into place, so a kill leaves the old best epoch
     or the new one, whole): a complete Hugging Face model folder (the
     encoder and the head under the names transformers' For<Task> model uses,
@@ -483,7 +479,7 @@ def save_task_model(model, task, tokenizer, folder, record, metrics=None):
 
 
 def read_task_record(folder):
-    """task.json, its fields checked (support/folders.py)."""
+    """task.json, its fields checked (support/outputs.py)."""
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
                                       f"finetune.py --task ... --output {folder}; a folder trained with "
@@ -497,7 +493,7 @@ def load_task_model(folder, make_task, overrides=None, task_name=None, label_map
     replace saved task settings that only affect decoding (e.g. SQuAD's
     null_threshold, tuned after training). The head is read from
     model.safetensors, under the names transformers' For<Task> model uses.
-    All is read as one snapshot of the folder (support/folders.read_as_one).
+    All is read as one snapshot of the folder (support/outputs.read_as_one).
     `task_name` (if given) is the task the folder must be; a folder trained
     with transformers has no task.json and needs it, and `label_map` renames
     its labels (checkpoints/task_folders.py)."""

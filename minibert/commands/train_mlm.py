@@ -74,13 +74,12 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_checkpointing, add_device, add_reports,
-                                  int_at_least, make_parent_folder, non_negative_float, non_negative_int,
-                                  output_folder, positive_float, positive_int, probability, script_main)
+                                  int_at_least, make_parent_folder, non_negative_float, non_negative_int, output_folder,
+                                  positive_float, positive_int, probability, script_main)
 from minibert.support.errors import MiniBertError
-from minibert.support.fingerprints import tokenizer_fingerprint, vocabulary
-from minibert.support.folders import CHECKPOINT, MODEL_FOLDER_FILES, write_folder
-from minibert.support.inputs import as_given, not_a_file
-from minibert.support.outputs import file_identity, is_main_process, safe_run
+from minibert.support.files import as_given, not_a_file, tokenizer_fingerprint, vocabulary
+from minibert.support.outputs import (CHECKPOINT, MODEL_FOLDER_FILES, file_identity, is_main_process, safe_run,
+                                      write_folder)
 
 # Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
 # that use them, so --help and a mistyped flag answer at once.
@@ -265,7 +264,7 @@ def choose_tokenizer(args, corpus, resume):
         return resume_tokenizer(args.output, lower, vocab_file=args.vocab)
     if args.vocab:
         return wordpiece_tokenizer(args.vocab, do_lower_case=lower)
-    from minibert.support.token_cache import is_token_cache
+    from minibert.support.caches import is_token_cache
     prepared = next((path for path in corpus if is_token_cache(path)), None)
     if prepared is not None:         # token ids, no text to train a vocabulary on
         raise MiniBertError(f"--corpus {prepared}: a prepared token cache holds token ids, not text; give --vocab, "
@@ -346,7 +345,7 @@ def resume_flags(args):
 @script_main
 def main(argv=None):
     args = parse_args(argv)
-    from minibert.support.fileio import write_json
+    from minibert.support.files import write_json
     from minibert.checkpoints.families import family_of
 
     # Everything that can be checked quickly is checked before the vocabulary is trained.
@@ -427,7 +426,7 @@ def main(argv=None):
 # vocabulary inside, so --resume needs nothing else) and the token cache; the
 # model and its tokenizer files (config.json, model.safetensors, vocab.txt,
 # tokenizer.json, ...) are written only when the run has finished, as one unit
-# (support/folders.write_folder). A run that fails therefore never pairs the
+# (support/outputs.write_folder). A run that fails therefore never pairs the
 # weights already in a folder with a new vocabulary.
 
 # [CLS] A [SEP] B [SEP]: sequences are packed with max_seq_len - 3 tokens of text (pack_blocks).
@@ -437,7 +436,7 @@ MIN_SEQ_LEN = 4
 def corpus_batches(files, tokenizer, cache_dir, max_seq_len, batch_size, seed, pair_objective, mask_prob,
                    whole_word, progress=True):
     from minibert.pretraining_data import SENTENCE_END, PretrainingBatches, pack_blocks, split_sentences
-    from minibert.support.token_cache import TokenCache, build_token_cache, check_token_cache, is_token_cache
+    from minibert.support.caches import TokenCache, build_token_cache, check_token_cache, is_token_cache
     if len(files) == 1 and is_token_cache(files[0]):
         cache = TokenCache(check_token_cache(files[0], tokenizer))
     elif any(is_token_cache(f) for f in files):
@@ -452,7 +451,7 @@ def corpus_batches(files, tokenizer, cache_dir, max_seq_len, batch_size, seed, p
 
 def text_files(paths, what):
     """Expand folders into their *.txt files (sorted); keep files as given."""
-    from minibert.support.token_cache import is_token_cache
+    from minibert.support.caches import is_token_cache
     files = []
     for path in map(Path, paths):
         if is_token_cache(path):
@@ -464,7 +463,7 @@ def text_files(paths, what):
             files += found
         elif path.is_file():
             files.append(path)
-        else:                            # missing, or a pipe or device (support/inputs.py copies those once)
+        else:                            # missing, or a pipe or device (support/files.py copies those once)
             raise MiniBertError(not_a_file(path, what, folders=True))
     return files
 
@@ -515,7 +514,7 @@ def make_folder(folder, flag="--output"):
 
 def save_model_folder(model, tokenizer, output):
     """config.json, model.safetensors and the tokenizer files, written as one
-    unit (support/folders.write_folder): into a hidden sibling of `output`,
+    unit (support/outputs.write_folder): into a hidden sibling of `output`,
     which then replaces it, with the run's checkpoint.pt, its token cache and
     a user's own files carried over. A kill leaves the old folder or the new
     one, never new weights beside an old vocabulary."""

@@ -47,11 +47,10 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm                   # a widget in a notebook, text in a terminal
 
-from minibert.support.devices import autocast as bf16_autocast, choose_device, move_to_device
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import remove_leftovers, save_torch
+from minibert.support.files import remove_leftovers, save_torch
 from minibert.support.outputs import is_main_process
-from minibert.support.seeds import seed_from
+from minibert.support.runtime import autocast as bf16_autocast, choose_device, move_to_device, seed_from
 from minibert.training import (make_optimizer, progress_schedule, step_counts, training_step,
                                warmup_then_linear_decay)
 
@@ -289,7 +288,7 @@ def progress_postfix(record):
 
 
 class AutocastObjective:
-    """An objective whose forward runs under bf16 autocast (support/devices.autocast)
+    """An objective whose forward runs under bf16 autocast (support/runtime.autocast)
     on `device` when `enabled`; the loss is summed in float32 outside it."""
 
     def __init__(self, objective, device, enabled):

@@ -28,7 +28,7 @@ from minibert.coursework.exercises import ASSIGNMENTS, TESTS_FOLDER, CourseworkE
 from minibert.coursework.milestone import SST2_FILES, TARGET_PERCENT, missing_data
 from minibert.support.cli import ArgumentParser, HelpFormatter, int_between, run
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write, temporary_name
+from minibert.support.files import atomic_write, temporary_name
 
 # The checkout this minibert package was imported from: what --repo and
 # --reference mean when not given. The library takes both as arguments.

@@ -21,7 +21,7 @@ from pathlib import Path
 from minibert.coursework.exercises import CourseworkError
 from minibert.coursework.milestone import SST2_FILES, missing_data
 from minibert.coursework.student import MANIFEST_NAME, repository_files
-from minibert.support.fileio import atomic_write
+from minibert.support.files import atomic_write
 
 SCRIPTS = Path(__file__).with_name("gradescope")
 

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from minibert.coursework.exercises import CourseworkError, assignment, blank, regions_to_blank
-from minibert.support.fileio import temporary_name
+from minibert.support.files import temporary_name
 
 MANIFEST_NAME = ".minibert-files"     # one repository file per line, written by the autograder archive
 SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", ".benchmarks", ".venv", "venv", ".tox", "build", "dist",

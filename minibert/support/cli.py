@@ -26,7 +26,9 @@ flag, a flag's invalid value, flags that do not go together) is a usage
 error: argparse's usage line, then `error: <message>`, and exit status 2, as
 every argparse tool does. A `MiniBertError` met while running (a bad file,
 bad data) is one line, `error: <message>`, on stderr and exit status 1.
-Anything else is a bug and keeps its traceback.
+Anything else is a bug and keeps its traceback. (The end of this file holds
+what finetune.py and distill.py print: metrics as a small table, results
+ready for JSON.)
 
 Every flag's value is checked when the command line is read, by the `type=`
 helpers below (positive_int, probability(), device, output_folder, ...), so a
@@ -43,6 +45,7 @@ rate trains quietly on NaNs):
 import argparse
 import contextlib
 import functools
+import json
 import math
 import os
 import sys
@@ -203,7 +206,7 @@ FLAGS = {
 def one_line(error):
     """An error's message on one line, a piped input named as the user gave
     it, a lesson's parameter as the flag that gave it (FLAGS)."""
-    from minibert.support.inputs import as_given
+    from minibert.support.files import as_given
     message = str(error)
     if isinstance(error, ParameterError) and error.parameter in FLAGS:
         message = FLAGS[error.parameter] + message[len(error.parameter):]
@@ -341,7 +344,7 @@ def add_label_map(group, folders="a folder trained with transformers"):
 
 def add_bf16(group, runs="every model it runs"):
     """The --bf16 flag, with the one meaning every script gives it
-    (support/devices.autocast). `runs`: what the flag puts under autocast."""
+    (support/runtime.autocast). `runs`: what the flag puts under autocast."""
     group.add_argument("--bf16", action="store_true",
                        help=f"bfloat16 autocast on any device for {runs} (faster on a GPU, or a CPU with "
                             f"AVX512-BF16/AMX); weights stay float32, outputs and losses are computed in float32 "
@@ -355,7 +358,7 @@ class DeviceName(str):
 
 def device(text):
     """--device: auto, cpu, cuda, cuda:N or mps, present on this machine. Returns a torch.device."""
-    from minibert.support.devices import choose_device     # imports torch, so only once a flag is read
+    from minibert.support.runtime import choose_device     # imports torch, so only once a flag is read
     try:
         return choose_device(text)
     except MiniBertError as e:                      # its message starts "--device NAME"; argparse names the flag
@@ -524,3 +527,31 @@ def add_study(parser, tasks, task_help, model_help, split_note="", seeds_note=""
                           help="CPU threads for torch (default: torch's choice, one per core); on a machine busy "
                                "with another job, 1 avoids threads waiting on each other")
     return data, study, training
+
+
+# ==============================================================================
+# Command-line reports: metrics as a small table, results ready for JSON.
+#
+# What finetune.py and distill.py print and write; nothing here is part of a
+# lesson.
+# ==============================================================================
+
+
+def format_metrics(metrics, title):
+    """A small table: one metric per line, in percent. The figures line up on
+    their last digit, however wide the widest; words after a figure
+    ("962,302 (0.96M) without embeddings") follow it."""
+    rows = [(key, f"{value:.2f}" if isinstance(value, float) else str(value))
+            for key, value in metrics.items() if not isinstance(value, dict)]
+    width = max(len(k) for k in metrics) if metrics else 0
+    figures = [text.partition(" ") for _, text in rows]
+    figure_width = max([8] + [len(figure) for figure, _, _ in figures])
+    lines = [title, "-" * max(len(title), width + 10)]
+    for (key, _), (figure, space, words) in zip(rows, figures):
+        lines.append(f"{key:<{width}}  {figure:>{figure_width}}{space}{words}")
+    return "\n".join(lines)
+
+
+def json_safe(values):
+    """`values` with numpy scalars turned into floats, ready for json.dump."""
+    return json.loads(json.dumps(values, default=float))

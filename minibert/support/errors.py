@@ -27,4 +27,4 @@ class ParameterError(MiniBertError):
 class Terminated(KeyboardInterrupt):
     """SIGTERM (`kill PID`) while a run holds its --output: raised where
     Ctrl-C raises KeyboardInterrupt, so a folder being replaced is put back
-    the same way (support/folders.write_folder); the script exits with 143."""
+    the same way (support/outputs.write_folder); the script exits with 143."""

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from minibert.support.errors import MiniBertError
-from minibert.support.fileio import atomic_write
+from minibert.support.files import atomic_write
 
 INSTALL_HINT = "pip install -e '.[plot]', or pip install matplotlib"
 

@@ -1,9 +1,10 @@
-"""minibert/support/distillation/transfer_cache.py: the transfer set and the teacher's
-logits are computed once, read back while nothing they depend on changes,
-and recomputed when the teacher, the data or the settings change."""
+"""minibert/support/caches.py: the pretraining token cache and the distillation transfer cache."""
 
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,11 +13,53 @@ from distill_helpers import make_distillation_data, make_teacher, one_thread
 from minibert import distillation
 from minibert.commands import distill as distill_command
 from minibert.distillation import DistillationSettings
-from minibert.support.distillation.transfer_cache import (CACHE_FORMAT, load_transfer_cache, save_transfer_cache,
-                                                          transfer_key)
-from minibert.tasks import make_task
+from minibert.pretraining_data import SENTENCE_END, split_sentences
+from minibert.support.caches import (CACHE_FORMAT, TokenCache, build_token_cache, check_token_cache, is_token_cache,
+                                     load_transfer_cache, read_documents, save_transfer_cache, transfer_key)
+from minibert.support.errors import MiniBertError
 from minibert.support.task_files import ClassificationExample
+from minibert.tasks import make_task
+from minibert.tokenization import Tokenizer
 from tiny_models import sentiment_rows, write_sst2
+
+
+# ==============================================================================
+# minibert/support/caches.py: the corpus split into documents and
+# sentences, tokenized once into memory-mapped arrays, keyed by its inputs.
+# ==============================================================================
+
+SPLITTER = (split_sentences, SENTENCE_END.pattern)     # the lesson's rule and what the cache key records of it
+
+
+def test_a_blank_line_or_a_new_file_starts_a_new_document(tmp_path):
+    (tmp_path / "a.txt").write_text("one. two.\nthree.\n\n\nfour.\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("five.\n", encoding="utf-8")
+    assert list(read_documents([tmp_path / "a.txt", tmp_path / "b.txt"])) == [["one. two.", "three."], ["four."],
+                                                                             ["five."]]
+
+
+def test_the_cache_holds_every_sentence_once_and_is_reused_for_the_same_inputs(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat. The dog ran.\n\nA bird sang.\n", encoding="utf-8")
+    tokenizer = Tokenizer.train_wordpiece([corpus], vocab_size=60, do_lower_case=True)
+    folder = build_token_cache([corpus], tokenizer, tmp_path / "cache", *SPLITTER, progress=False)
+    assert is_token_cache(folder) and not is_token_cache(tmp_path)
+    cache = TokenCache(check_token_cache(folder, tokenizer))
+    assert cache.sentence_documents.tolist() == [0, 0, 1]
+    first = tokenizer.backend.encode("The cat sat.", add_special_tokens=False).ids
+    assert np.asarray(cache.sentence(0)).tolist() == first
+    assert build_token_cache([corpus], tokenizer, tmp_path / "cache", *SPLITTER, progress=False) == folder
+    other = Tokenizer.train_wordpiece([corpus], vocab_size=60, do_lower_case=False)
+    with pytest.raises(MiniBertError, match="made with a different vocabulary"):
+        check_token_cache(folder, other)
+    assert build_token_cache([corpus], other, tmp_path / "cache", *SPLITTER, progress=False) != folder
+
+
+# ==============================================================================
+# minibert/support/caches.py: the transfer set and the teacher's
+# logits are computed once, read back while nothing they depend on changes,
+# and recomputed when the teacher, the data or the settings change.
+# ==============================================================================
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 
@@ -67,6 +110,23 @@ def test_teacher_logits_are_cached_and_recomputed_when_teacher_data_or_settings_
         cache_file.write_bytes(b"not a zip")
     run()
     assert len(calls) == 6
+
+
+def test_a_teacher_logit_file_a_killed_run_left_under_another_key_is_removed_by_the_next_run(setup, tmp_path):
+    finished = subprocess.Popen([sys.executable, "-c", "None"])
+    finished.wait()                                                   # its PID is no process now
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dead = cache / f".{'0' * 64}.npz.{finished.pid}.0badc0de.tmp"     # a run with other settings, killed with -9
+    live = cache / f".{'1' * 64}.npz.{os.getpid()}.0000cafe.tmp"      # a run writing right now
+    for path in (dead, live):
+        path.write_bytes(b"part of a file")
+    settings = DistillationSettings(n_iter=1, pos_file=str(setup / "pos.txt"), cache_dir=str(cache))
+    settings = settings.resolved(make_task("sst2"), True)
+    teacher = distill_command.load_teacher(setup / "teacher")
+    examples = teacher.task.read(setup / "train.tsv")
+    distill_command.transfer_set_with_logits(teacher, examples, setup / "train.tsv", settings, progress=False)
+    assert not dead.exists() and live.exists() and len(list(cache.glob("*.npz"))) == 1
 
 
 def test_the_key_names_every_augmentation_setting_the_pair_mode_included(tmp_path):

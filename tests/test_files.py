@@ -1,8 +1,8 @@
-"""minibert/support/inputs.py: an input that is a pipe is read once (copied to
-a regular file the run reads as often as it needs), and a path that is no
-file is named for what it is: missing, a folder, a pipe."""
+"""minibert/support/files.py: atomic writes, and input files that are pipes, read once."""
 
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -10,8 +10,85 @@ import pytest
 from helpers import error_line, run_script_in_process
 from minibert.commands.train_mlm import text_files
 from minibert.support.errors import MiniBertError
-from minibert.support.inputs import not_a_file, read_once
+from minibert.support.files import atomic_write, not_a_file, process_is_alive, read_once, remove_leftovers
 from minibert.tasks import make_task
+
+
+# ==============================================================================
+# minibert.support.files: a file is written whole or not at all, never onto
+# a link, FIFO or device, and a full disk is one line naming the file.
+# ==============================================================================
+
+def test_a_symbolic_link_is_refused_and_left_pointing_where_it_did(tmp_path):
+    (tmp_path / "real.json").write_text("{}")
+    (tmp_path / "link.json").symlink_to(tmp_path / "real.json")
+    with pytest.raises(MiniBertError, match="link.json: a symbolic link; give the path of a regular file"):
+        with atomic_write(tmp_path / "link.json", "w") as f:
+            f.write("new")
+    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "real.json").read_text() == "{}"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_or_a_device_is_refused_without_being_opened(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    for target in (tmp_path / "pipe", "/dev/null", tmp_path):
+        with pytest.raises(MiniBertError, match="not a regular file|a folder"):
+            with atomic_write(target, "w") as f:
+                f.write("x")
+    assert (tmp_path / "pipe").is_fifo() and os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]           # no temporary file left
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_file_size_limit_is_one_line_and_keeps_the_previous_file(tmp_path):
+    (tmp_path / "out.bin").write_bytes(b"old")
+    program = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"          # so the write fails with EFBIG, as a full disk does
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
+        "from minibert.support.errors import MiniBertError\n"
+        "from minibert.support.files import atomic_write\n"
+        "try:\n"
+        f"    with atomic_write({str(tmp_path / 'out.bin')!r}) as f:\n"
+        "        f.write(bytes(5000))\n"
+        "except MiniBertError as e:\n"
+        "    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == f"{tmp_path / 'out.bin'}: cannot write it (File too large); the previous file is unchanged"
+    assert (tmp_path / "out.bin").read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+def test_temporary_files_of_dead_writers_are_removed_and_those_of_live_ones_kept(tmp_path):
+    finished = subprocess.Popen([sys.executable, "-c", "None"])
+    finished.wait()                                                     # its PID is no process now
+    assert process_is_alive(os.getpid()) and not process_is_alive(finished.pid)
+    dead = tmp_path / f".checkpoint.pt.{finished.pid}.0badc0de.tmp"
+    live = tmp_path / f".checkpoint.pt.{os.getpid()}.0000cafe.tmp"
+    other = tmp_path / f".other.pt.{finished.pid}.0badc0de.tmp"          # not this checkpoint's
+    for path in (dead, live, other):
+        path.write_bytes(b"part of a file")
+    assert remove_leftovers(tmp_path / "checkpoint.pt") == [dead.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def test_a_file_written_again_removes_what_a_killed_writer_of_that_file_left(tmp_path):
+    from minibert.support.files import write_json
+    finished = subprocess.Popen([sys.executable, "-c", "None"])
+    finished.wait()
+    dead = tmp_path / f".results.json.{finished.pid}.0badc0de.tmp"        # a --json killed with -9
+    live = tmp_path / f".results.json.{os.getpid()}.0000cafe.tmp"
+    for path in (dead, live):
+        path.write_text("half")
+    write_json(tmp_path / "results.json", {"accuracy": 1.0})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["results.json", live.name])
+
+
+# ==============================================================================
+# minibert/support/files.py: an input that is a pipe is read once (copied to
+# a regular file the run reads as often as it needs), and a path that is no
+# file is named for what it is: missing, a folder, a pipe.
+# ==============================================================================
 
 SST2 = b"sentence\tlabel\na good film\t1\nan awful film\t0\n"
 
@@ -89,7 +166,7 @@ def test_an_error_about_a_piped_input_names_the_path_given_not_the_copy(tmp_path
 
 
 def test_a_pipe_is_named_as_given_and_hashed_through_its_copy(tmp_path):
-    from minibert.support.inputs import copy_for
+    from minibert.support.files import copy_for
     from minibert.support.outputs import file_identity
     writer = fifo_fed_with(tmp_path / "piped.tsv", SST2)
     copy = read_once(tmp_path / "piped.tsv", "--train")
@@ -150,11 +227,11 @@ def test_the_copies_a_killed_run_left_are_removed_by_the_next_run_that_copies_a_
     import sys
     import tempfile
 
-    from minibert.support import inputs
+    from minibert.support import files
     finished = subprocess.Popen([sys.executable, "-c", "None"])
     finished.wait()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(inputs, "_copies", [])
+    monkeypatch.setattr(files, "_copies", [])
     (tmp_path / f"minibert-inputs-{finished.pid}-abcd").mkdir()               # killed: atexit never ran
     (tmp_path / f"minibert-inputs-{finished.pid}-abcd" / "train-0-train.tsv").write_bytes(SST2)
     (tmp_path / f"minibert-inputs-{os.getpid()}-live").mkdir()               # a live run's
@@ -170,7 +247,7 @@ def test_the_copies_a_killed_run_left_are_removed_by_the_next_run_that_copies_a_
 
 def test_a_missing_input_file_is_one_line_naming_its_flag(tmp_path):
     from minibert.support.errors import MiniBertError
-    from minibert.support.inputs import read_once
+    from minibert.support.files import read_once
     with pytest.raises(MiniBertError) as info:
         read_once(tmp_path / "trian.tsv", "--train")
     assert str(info.value) == f"--train {tmp_path / 'trian.tsv'}: no such file or folder"

@@ -1,14 +1,21 @@
-"""Where tensors live: choosing a device, and moving a batch there.
-
-Every script takes a `--device` flag (auto, cpu, cuda, cuda:1, mps) and turns
-it into a `torch.device` with `choose_device`; training, probing and
-fine-tuning move their batches with `move_to_device`. Every script's `--bf16`
-is `autocast(device, bf16)`.
+"""Where and how a run computes: the device (`--device`, bfloat16 autocast,
+memory headroom), and the seeds every random draw is made from.
 """
+
+import hashlib
 
 import torch
 
 from minibert.support.errors import MiniBertError
+
+# ==============================================================================
+# Where tensors live: choosing a device, and moving a batch there.
+#
+# Every script takes a `--device` flag (auto, cpu, cuda, cuda:1, mps) and turns
+# it into a `torch.device` with `choose_device`; training, probing and
+# fine-tuning move their batches with `move_to_device`. Every script's `--bf16`
+# is `autocast(device, bf16)`.
+# ==============================================================================
 
 
 def choose_device(name="auto"):
@@ -112,3 +119,25 @@ def check_can_allocate(what, address_bytes, memory_bytes):
     if available is not None and memory_bytes > available:
         raise MiniBertError(f"{what}: loading it needs about {gb(memory_bytes)} of memory, and this machine has "
                             f"{gb(available)} available")
+
+
+# ==============================================================================
+# Seeds mixed from several numbers, so every random draw can be named.
+#
+# Training re-seeds dropout from (seed, "dropout", step, rank) and pretraining
+# data draws each batch from (seed, "batch", epoch, index): a resumed or
+# distributed run then makes exactly the draws an uninterrupted single-process
+# run would have made, with no random state stored anywhere.
+# ==============================================================================
+
+
+def seed_from(*numbers):
+    """One 63-bit seed from several integers or strings: the first 8 bytes of
+    the SHA-256 of their repr (a hash, so nearby inputs give unrelated seeds)."""
+    digest = hashlib.sha256(repr(numbers).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def generator_for(*numbers):
+    """A torch.Generator seeded with seed_from(*numbers)."""
+    return torch.Generator().manual_seed(seed_from(*numbers))

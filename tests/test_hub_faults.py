@@ -1,7 +1,7 @@
 """Google's archives under injected faults: corrupt archives, bad cached
 folders, and a zip bomb.
 
-Uses the local HTTP server and cache of test_google_archives.py (no internet).
+Uses the local HTTP server and cache of test_hub.py (no internet).
 """
 
 import io
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from minibert.checkpoints import load_pretrained
-from minibert.support import google_archives
+from minibert.support import hub
 from minibert.support.errors import MiniBertError
-from minibert.support.google_archives import ByteBudget, copy_member, unpack_archive
-from minibert.support.hub import resolve_model_dir
+from minibert.support.hub import ByteBudget, copy_member, resolve_model_dir, unpack_archive
 from minibert.tokenization import load_tokenizer
-from test_google_archives import (  # noqa: F401, F811 (server and cache are the shared fixtures)
+from test_hub import (  # noqa: F401, F811 (server and cache are the shared fixtures)
     ALBERT_FILES, ALBERT_NAME, ALBERT_PATH, ALBERT_TAR, BERT_FILES, BERT_FOLDER, BERT_NAME, BERT_PATH,
     BERT_ZIP, CKPT_BYTES, assert_unpacked, cache, leftovers, make_zip, server)
+
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_BERT = REPO / "tests" / "fixtures" / "tf_bert_tiny"
@@ -29,8 +29,8 @@ def refuse_to_unpack(monkeypatch):
     """Make any attempt to unpack fail the test: the checks must come first."""
     def unpack(*args):
         pytest.fail("unpacking started before the archive was checked")
-    monkeypatch.setattr(google_archives, "unpack_zip", unpack)
-    monkeypatch.setattr(google_archives, "unpack_tar", unpack)
+    monkeypatch.setattr(hub, "unpack_zip", unpack)
+    monkeypatch.setattr(hub, "unpack_tar", unpack)
 
 
 # ---------------------------------------------------------------------------
@@ -156,7 +156,7 @@ def test_zip_bomb_is_refused(server, cache, monkeypatch, tmp_path):
     archive = tmp_path / "bomb.zip"
     archive.write_bytes(bomb)
     # The default limit: 20 times the archive's size plus 100 MiB.
-    assert google_archives.max_unpacked_bytes(archive) == 20 * len(bomb) + 100 * 2**20
+    assert hub.max_unpacked_bytes(archive) == 20 * len(bomb) + 100 * 2**20
 
     server.files[BERT_PATH] = bomb
     monkeypatch.setenv("MINIBERT_MAX_UNPACKED_BYTES", "1000000")

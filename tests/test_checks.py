@@ -1,16 +1,26 @@
-"""Config validation (minibert/support/config_checks.py): a bad field in a
-BertConfig or a DebertaConfig is a one-line MiniBertError that names the
-field, its value and what was expected; a config.json's errors name the file.
+"""minibert/support/checks.py: the checks of config fields (BERT, DeBERTa, the student), layer orders
+and the metrics' inputs.
 """
 
 import math
 
+import numpy as np
 import pytest
 
 from minibert.deberta import DebertaConfig
+from minibert.lstm import StudentConfig
 from minibert.model import ACTIVATIONS, BertConfig
-from minibert.support.config_checks import check_encoder_fields, field_error, is_int, is_number
+from minibert.support.checks import (MAX_DEPTH, check_depth, check_encoder_fields, check_predictions,
+                                     check_student_fields, check_v2_inputs, field_error, is_int, is_number, paired,
+                                     parse_indices, squad_questions, student_fields_from)
 from minibert.support.errors import MiniBertError
+
+
+# ==============================================================================
+# Config validation (minibert/support/checks.py): a bad field in a
+# BertConfig or a DebertaConfig is a one-line MiniBertError that names the
+# field, its value and what was expected; a config.json's errors name the file.
+# ==============================================================================
 
 # A tiny DeBERTa, as in test_deberta.py.
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
@@ -117,3 +127,90 @@ def test_a_config_deeper_than_any_runnable_encoder_is_refused_before_a_layer_is_
     with pytest.raises(MiniBertError, match=r"'num_hidden_layers' = 1001: expected at most 1,000 layers"):
         DebertaConfig(num_hidden_layers=1001)
     assert BertConfig(num_hidden_layers=1000).num_hidden_layers == 1000
+
+
+# ==============================================================================
+# minibert.support.checks: a script's layer indices read, and the depth limit.
+# ==============================================================================
+
+def test_parse_indices_reads_comma_separated_ascii_integers_and_names_the_flag():
+    assert parse_indices(" 0, 2 ,5", "--order") == [0, 2, 5]
+    for text, flag, message in [("", "--order", "--order: empty"),
+                                ("1,x", "--duplicate", "--duplicate '1,x'"),
+                                ("٢,١", "--order", "--order '٢,١'.*digits 0-9"),
+                                ("1,２", "--order", "digits 0-9")]:          # Arabic-Indic digits, a fullwidth 2
+        with pytest.raises(MiniBertError, match=message):
+            parse_indices(text, flag)
+
+
+def test_check_depth_allows_the_limit_itself_and_names_what_asked():
+    check_depth(MAX_DEPTH, "layer_order")
+    with pytest.raises(MiniBertError, match="layer_order: would make a model of 1,001 layers; the limit is 1,000"):
+        check_depth(MAX_DEPTH + 1, "layer_order")
+
+
+# ==============================================================================
+# minibert.support.checks: what the metrics cannot score is refused
+# in one line (the metrics' own tests check the messages through them).
+# ==============================================================================
+
+DATA = [{"paragraphs": [{"context": "a b", "qas": [{"id": "q1", "answers": []}, {"id": "q2", "answers": []}]}]}]
+
+
+def test_paired_turns_arrays_into_lists_of_one_length():
+    assert paired(np.array([1, 0]), (1, 1)) == ([1, 0], [1, 1])
+    with pytest.raises(MiniBertError, match="2 predictions but 1 labels"):
+        paired([1, 0], [1])
+
+
+def test_squad_questions_are_in_file_order_and_distinct():
+    assert [qa["id"] for qa in squad_questions(DATA)] == ["q1", "q2"]
+    with pytest.raises(MiniBertError, match="pass json\\['data'\\]"):
+        squad_questions({"data": DATA})
+    twice = [{"paragraphs": [{"qas": [{"id": "q", "answers": []}] * 2}]}]
+    with pytest.raises(MiniBertError, match="appears twice"):
+        squad_questions(twice)
+
+
+def test_predictions_and_no_answer_scores_cover_the_dataset():
+    questions = squad_questions(DATA)
+    check_predictions({"q1": ""}, questions)
+    with pytest.raises(MiniBertError, match="expected a string"):
+        check_predictions({"q1": None}, questions)
+    with pytest.raises(MiniBertError, match="predictions: 1 questions have none, e.g. 'q2'"):
+        check_v2_inputs({"q1": ""}, None, questions)
+    with pytest.raises(MiniBertError, match="na_probs: 1 question ids are not in the dataset"):
+        check_v2_inputs({"q1": "", "q2": ""}, {"q1": 0.0, "q2": 0.0, "q3": 0.0}, questions)
+    check_v2_inputs({"q1": "", "q2": ""}, {"q1": 0.0, "q2": 1.0}, questions)
+
+
+# ==============================================================================
+# minibert/support/checks.py: a bad student config field is a
+# one-line error naming the source, the field, its value and what was expected.
+# ==============================================================================
+
+def test_student_config_errors_name_the_source_and_the_field():
+    with pytest.raises(MiniBertError, match=r"^student\.json: student config field 'pooling' = 'mean': "
+                                            r"expected 'final' or 'max'$"):
+        StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2, "pooling": "mean"}, "student.json")
+    with pytest.raises(MiniBertError, match="'padding_id' = 50: expected an integer in 0..49"):
+        StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2, "padding_id": 50}, "student.json")
+    with pytest.raises(MiniBertError, match="'hidden_size' = True: expected a positive integer"):
+        StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2, "hidden_size": True}, "student.json")
+    with pytest.raises(MiniBertError, match=r"'dropout' = 1\.0: expected a probability in \[0, 1\)"):
+        StudentConfig(vocab_size=50, num_classes=2, dropout=1.0)
+    with pytest.raises(MiniBertError, match="student.json: student config field 'num_classes' is missing"):
+        StudentConfig.from_dict({"vocab_size": 50}, "student.json")
+    with pytest.raises(MiniBertError, match="unknown student config field 'hiden_size'"):
+        StudentConfig.from_dict({"vocab_size": 50, "num_classes": 2, "hiden_size": 3}, "student.json")
+
+
+def test_fields_are_completed_with_the_defaults_and_checked():
+    defaults = {"embedding_dim": 300, "hidden_size": 150, "fc_size": 200, "pair": False, "pooling": "final",
+                "dropout": 0.1, "padding_id": 0, "embeddings_mode": "rand"}
+    values = student_fields_from({"vocab_size": 10, "num_classes": 2, "pair": True}, "s.json", defaults)
+    assert values == {**defaults, "vocab_size": 10, "num_classes": 2, "pair": True}
+    with pytest.raises(MiniBertError, match="s.json: expected an object of student config fields, got list"):
+        student_fields_from([1], "s.json", defaults)
+    with pytest.raises(MiniBertError, match="'pair' = 1: expected true or false"):
+        check_student_fields({**values, "pair": 1}, "s.json")
