@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -229,6 +230,43 @@ def test_help_and_a_usage_error_answer_before_torch_is_imported(script):
         done = subprocess.run([sys.executable, "-c", program, str(REPO / script), *flags], capture_output=True,
                               text=True, cwd=REPO, timeout=120)
         assert done.stderr.splitlines()[-1] == f"exit {status} False", (flags, done.stderr[-1000:])
+
+
+@pytest.mark.parametrize("script", ["train_mlm.py", "finetune.py", "distill.py"])
+def test_every_training_script_shows_how_to_run_it_under_torchrun(script, capsys):
+    import importlib.util
+    from helpers import REPO
+    spec = importlib.util.spec_from_file_location(Path(script).stem + "_script", REPO / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"torchrun --standalone --nproc_per_node 2 {script}" in text
+    assert "the first process alone prints and writes" in text
+
+
+def test_under_torchrun_only_the_main_process_speaks(monkeypatch, capsys):
+    from minibert.support.errors import MiniBertError
+    from minibert.support.outputs import is_main_process
+
+    @cli.script_main
+    def main(argv):
+        print("saved to out")
+        print("warning: one", file=sys.stderr)
+        if argv:
+            raise MiniBertError(argv[0])
+        return 0
+    monkeypatch.delenv("RANK", raising=False)
+    assert is_main_process() and is_main_process(0) and not is_main_process(1)
+    assert main([]) == 0 and capsys.readouterr() == ("saved to out\n", "warning: one\n")
+    monkeypatch.setenv("RANK", "1")                  # torchrun's second process
+    assert not is_main_process()
+    assert main([]) == 0 and capsys.readouterr() == ("", "")
+    with pytest.raises(SystemExit):                  # its error still reaches the terminal, from `run`
+        cli.run(main, ["bad file"])
+    assert capsys.readouterr() == ("", "error: bad file\n")
+    monkeypatch.setenv("RANK", "0")
+    assert main([]) == 0 and capsys.readouterr().out == "saved to out\n"
 
 
 def test_a_script_main_releases_its_output_lock_when_it_returns(tmp_path):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from distill_helpers import TINY_STUDENT, make_distillation_data, one_thread
-from helpers import REPO, error_line, run_script_in_process
+from helpers import (REPO, assert_the_main_process_alone_reports, error_line, one_and_two_process_runs,
+                     run_script_in_process)
 from minibert.lstm import BiLSTMClassifier
 from minibert import distillation
 from minibert.commands import distill as distill_command
@@ -182,6 +183,22 @@ def test_a_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path, ca
     b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)
     assert a["step"] == b["step"] > 1
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_two_gloo_processes_distil_like_one_process_and_report_once(setup, tmp_path):
+    """distill.py under torchrun: without dropout, two processes with half
+    the batch each make one process's update; the main process alone makes
+    the transfer set (its cache), prints and writes."""
+    args = ["--teacher", setup / "teacher", "--task", "sst2", "--train", setup / "train.tsv", "--eval",
+            setup / "dev.tsv", "--n-iter", "2", "--epochs", "2", "--pos-file", setup / "pos.txt", "--cache-dir",
+            tmp_path / "{run}-cache", *TINY_STUDENT, "--dropout", "0", "--device", "cpu", "--quiet", "--keep-checkpoint"]
+    runs = one_and_two_process_runs("distill.py", args, tmp_path)
+    a, b = runs["one"].weights, runs["two"].weights
+    assert a.keys() == b.keys()
+    for name in a:
+        assert (a[name] - b[name]).abs().max() < 1e-6, name
+    assert_the_main_process_alone_reports(runs["two"], tmp_path / "two.json")     # its own cache included
+    assert (tmp_path / "two-cache").is_dir()
 
 
 @pytest.mark.parametrize("make_args,fragment", [

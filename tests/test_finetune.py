@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import one_and_two_process_weights, run_script, run_script_in_process
+from helpers import assert_the_main_process_alone_reports, one_and_two_process_runs, run_script, run_script_in_process
 from minibert.checkpoints import save_pretrained
 from minibert.model import BertModel
 from minibert.support.files import tokenizer_fingerprint
@@ -151,10 +151,13 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(setup, 
     args = ["--task", "sst2", "--model", base, "--train", train, "--eval", dev, "--max-steps", "4",
             "--batch-size", "16", "--max-seq-len", "32", "--lr", "3e-3", "--seed", "2", "--device", "cpu", "--quiet",
             "--keep-checkpoint"]                  # the final weights, to compare
-    a, b = one_and_two_process_weights("finetune.py", args, tmp_path)
+    runs = one_and_two_process_runs("finetune.py", args, tmp_path)
+    a, b = runs["one"].weights, runs["two"].weights
     assert a.keys() == b.keys()
     for name in a:
         assert (a[name] - b[name]).abs().max() < 1e-5, name
+    assert_the_main_process_alone_reports(runs["two"], tmp_path / "two.json")     # the run acts once
+    assert runs["two"].summary["tokens_seen"] == runs["one"].summary["tokens_seen"] > 0
 
 
 # ----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ rate trains quietly on NaNs):
 """
 
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -149,18 +150,37 @@ def script_main(main):
     releases the --output locks it took (support/outputs.safe_run), so the
     next call in the same process may write the same folder, and turns the
     progress bars that --quiet silenced on again. Errors stay exceptions:
-    `run` is the one place that turns them into exit statuses."""
+    `run` is the one place that turns them into exit statuses. Under
+    torchrun only the main process speaks (main_process_speaks)."""
     @functools.wraps(main)
     def called(argv=None):
         from minibert.support.outputs import release_locks
         try:
-            return main(argv) or 0
+            with main_process_speaks():
+                return main(argv) or 0
         except ParserExit as e:
             return e.code
         finally:
             release_locks()
             restore_progress_bars()
     return called
+
+
+@contextlib.contextmanager
+def main_process_speaks():
+    """Under torchrun, every process but the main one (outputs.is_main_process)
+    runs with its sys.stdout and sys.stderr sent to os.devnull, so that the
+    run's lines, warnings and progress appear once, as one process would show
+    them, not once per process (the figures in them are the whole run's:
+    commands/trainer.py sums them over the processes). An error still reaches
+    the terminal from every process that meets it: it leaves main as an
+    exception, and `run` prints it after the streams are back."""
+    from minibert.support.outputs import is_main_process
+    if is_main_process():
+        yield
+        return
+    with open(os.devnull, "w") as nowhere, contextlib.redirect_stdout(nowhere), contextlib.redirect_stderr(nowhere):
+        yield
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

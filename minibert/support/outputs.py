@@ -38,6 +38,10 @@ A model folder is recognised by its files (model_files), not by its name.
 The second half of this file writes the folder: as one unit (write_folder),
 put right after a kill (recover_folder), read back as one snapshot
 (read_as_one), with its small JSON record (write_record, read_record).
+
+Under torchrun every process runs the script, and one of them, the main
+process (is_main_process), does everything a single run would do once: it
+holds the lock, prints, and writes the model folder, --json and --plot.
 """
 
 import os
@@ -51,6 +55,21 @@ from minibert.support.errors import MiniBertError, Terminated
 from minibert.support.files import (DISK_FULL, LEFTOVER, as_given, check_file_flags, copy_for, file_sha256,
                                     fingerprint, fsync_folder, glob_escape, process_is_alive, read_all_once,
                                     read_json_object, refuse_special, temporary_name, write_json)
+
+
+def is_main_process(rank=None):
+    """Whether the process of `rank` (default: this one) is the main one: the
+    only process that prints, shows progress and writes files. torchrun starts
+    several copies of a script and numbers them in the environment variable
+    RANK; the first, rank 0, is the main one, and so is a script started
+    without torchrun. The one rule for the whole package: the commands'
+    Context.is_main (commands/trainer.py), the lock below and cli.script_main,
+    which silences the other processes, all ask it. Read from the
+    environment, not from torch.distributed, so it answers before torch is
+    imported (--help) and before the processes have joined their group."""
+    if rank is None:
+        rank = int(os.environ.get("RANK", "0"))
+    return int(rank) == 0
 
 
 def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resume=None, source=None,
@@ -83,7 +102,7 @@ def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resum
         _check_output_file(path, inputs, file_flag, {**owned, **caches})
     _check_distinct_outputs(files)
     lock = None
-    if folder is not None and os.environ.get("RANK", "0") == "0":    # torchrun: its first process alone
+    if folder is not None and is_main_process():    # torchrun: the main process alone
         lock = _lock(folder, flag)
     run = SafeRun(folder and Path(folder), {}, False, lock)
     try:
@@ -403,7 +422,7 @@ def _resume_from_checkpoint(output):
     starts again from step 0, and says so."""
     if (Path(output) / CHECKPOINT).is_file():
         return True
-    if os.environ.get("RANK", "0") != "0":      # torchrun starts several processes: one line is enough
+    if not is_main_process():           # torchrun starts several processes: one line is enough
         return False
     print(f"--resume: {output} holds no {CHECKPOINT} (the run stopped before its first one, or finished and "
           f"removed it); starting from step 0")

@@ -190,15 +190,16 @@ def choose_threads(requested=None, environ=None):
 
 def use_threads(requested=None, quiet=False):
     """Set torch's CPU threads for this run (choose_threads) and say so, in
-    one line ("threads: 1 (2 cores, 1.9 busy)") unless `quiet` (--quiet) or
-    this is not a torchrun run's first process. Returns the count.
+    one line ("threads: 1 (2 cores, 1.9 busy)") unless `quiet` (--quiet).
+    Under torchrun only the main process's line shows (cli.script_main
+    silences the others). Returns the count.
 
     The line goes to stdout, with the run's other news ("wrote ...", a load
     report): stderr holds the progress bars and, for a run that fails, its
     one `error:` line and nothing else (support/cli.py)."""
     threads, why = choose_threads(requested)
     torch.set_num_threads(threads)
-    if not quiet and os.environ.get("RANK", "0") == "0":
+    if not quiet:
         print(f"threads: {threads} ({why})", flush=True)
     return threads
 
