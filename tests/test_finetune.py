@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import one_and_two_process_weights, run_script, run_script_in_process
+from helpers import assert_the_main_process_alone_reports, one_and_two_process_runs, run_script, run_script_in_process
 from minibert.checkpoints import save_pretrained
 from minibert.model import BertModel
 from minibert.support.files import tokenizer_fingerprint
@@ -151,10 +151,13 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(setup, 
     args = ["--task", "sst2", "--model", base, "--train", train, "--eval", dev, "--max-steps", "4",
             "--batch-size", "16", "--max-seq-len", "32", "--lr", "3e-3", "--seed", "2", "--device", "cpu", "--quiet",
             "--keep-checkpoint"]                  # the final weights, to compare
-    a, b = one_and_two_process_weights("finetune.py", args, tmp_path)
+    runs = one_and_two_process_runs("finetune.py", args, tmp_path)
+    a, b = runs["one"].weights, runs["two"].weights
     assert a.keys() == b.keys()
     for name in a:
         assert (a[name] - b[name]).abs().max() < 1e-5, name
+    assert_the_main_process_alone_reports(runs["two"], tmp_path / "two.json")     # the run acts once
+    assert runs["two"].summary["tokens_seen"] == runs["one"].summary["tokens_seen"] > 0
 
 
 # ----------------------------------------------------------------------------
@@ -434,3 +437,21 @@ def test_plot_names_a_model_given_as_a_long_path_by_its_folder(setup, tmp_path, 
     assert figure.get_suptitle() == "sst2: fine-tuning tiny-bert"
     assert [axes.get_title() for axes in figure.axes] == ["training loss per epoch", "accuracy after each epoch"]
     assert (tmp_path / "sst2.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_finetune_py_names_a_distilled_student_given_as_its_model(tmp_path, capsys):
+    from helpers import error_line
+    student = tmp_path / "student"
+    student.mkdir()
+    for name in ("student.json", "student.safetensors", "vocab.txt"):
+        (student / name).write_text("{}")
+    write_sst2(tmp_path / "train.tsv", [("a good film", "1"), ("a bad plot", "0")])
+    for args, expected in [
+            (["--task", "sst2", "--model", student, "--train", tmp_path / "train.tsv", "--output", tmp_path / "out"],
+             "not a BERT-family encoder; expected a BERT, ALBERT or DeBERTa model folder"),
+            (["--model", student, "--eval", tmp_path / "train.tsv"],
+             "not a fine-tuned BERT-family model; finetune.py reads finetune.py's folders: evaluate or predict "
+             f"with a student through distill.py --student {student}")]:
+        code, captured = run_script_in_process(capsys, "finetune.py", *args)
+        line = error_line(code, captured)
+        assert code == 1 and "a distilled student (distill.py's BiLSTM, student.json)" in line and expected in line

@@ -501,6 +501,24 @@ def test_a_new_script_that_calls_safe_run_gets_every_guarantee(tmp_path):
     assert code == 0 and (tmp_path / "out" / "task.json").read_text().endswith("resume True"), err
 
 
+def test_a_model_folders_kind_is_named_by_the_files_that_mark_it(tmp_path):
+    from minibert.support.outputs import describe_model_folder, model_folder_kind
+    pretrained = make_folder(tmp_path / "base", "config.json", "model.safetensors", "vocab.txt")
+    tuned = make_folder(tmp_path / "tuned", "config.json", "model.safetensors", "vocab.txt")
+    (tuned / "task.json").write_text('{"task": "sst2", "max_seq_len": 32}')
+    student = make_folder(tmp_path / "student", "student.json", "student.safetensors", "vocab.txt")
+    damaged = make_folder(tmp_path / "damaged", "config.json", "model.safetensors")
+    (damaged / "task.json").write_text("{not json")
+    plain = make_folder(tmp_path / "plain", "notes.txt")
+    assert [model_folder_kind(f) for f in (pretrained, tuned, student, damaged, plain, tmp_path / "none")] == [
+        "pretrained", "fine-tuned", "student", "fine-tuned", None, None]
+    assert describe_model_folder(tuned) == "a fine-tuned sst2 model (finetune.py's, task.json)"
+    assert describe_model_folder(damaged) == "a fine-tuned model (finetune.py's, task.json)"    # the kind still
+    assert describe_model_folder(student) == "a distilled student (distill.py's BiLSTM, student.json)"
+    assert describe_model_folder(pretrained) == "a pretrained model"
+    assert describe_model_folder(plain) == "not a model folder"
+
+
 # ==============================================================================
 # minibert/support/outputs.py: a JSON record, written atomically, read
 # back with one-line errors; a model folder written as one unit, so that a

@@ -10,6 +10,8 @@
                  variables/variables.*)                       -> tf_bundle.py
              config.json + model.safetensors                  -> safetensors.py
              config.json + pytorch_model.bin                  -> torch.load
+           (a distilled student, student.json, is no encoder: an error
+           that says what it is, support/outputs.describe_model_folder)
         3. build the model on the "meta" device (shapes, no memory) with the
            heads the checkpoint has: a BertModel, or a DebertaModel when
            config.json's model_type is "deberta" (v1) or "deberta-v2" (v2,
@@ -43,6 +45,7 @@ from minibert.checkpoints.name_maps import (DEBERTA_POSITION_TABLE, LoadReport, 
 from minibert.deberta import MODEL_TYPES as DEBERTA_MODEL_TYPES, DebertaConfig, DebertaModel
 from minibert.support.errors import MiniBertError
 from minibert.support.files import atomic_write, read_json_object, write_json
+from minibert.support.outputs import describe_model_folder, model_folder_kind
 from minibert.model import BertConfig, BertModel, MaskedLMHead
 from minibert.support.tokenizer_files import TOKENIZER_FILES
 from minibert.tokenization import load_tokenizer
@@ -75,6 +78,11 @@ def load_pretrained(name_or_path=None, dtype=torch.float32, verbose=False, *, fo
             model = load_huggingface_folder(folder)
         elif google_config is not None:
             model = load_google_folder(folder, google_config)
+        elif model_folder_kind(folder) == "student":
+            raise MiniBertError(
+                f"{folder}: {describe_model_folder(folder)}, not a BERT-family encoder; expected a BERT, ALBERT "
+                f"or DeBERTa model folder (its teacher, or the pretrained model the teacher was fine-tuned "
+                f"from); distill.py --student reads a student")
         else:
             raise MiniBertError(
                 f"{folder}: no checkpoint found; expected config.json with model.safetensors or "

@@ -41,6 +41,7 @@ from minibert.checkpoints.pretrained import load_pretrained
 from minibert.checkpoints.safetensors import load_safetensors
 from minibert.support.errors import MiniBertError, ParameterError
 from minibert.support.files import check_tokenizer_matches, read_json_object, tokenizer_fingerprint
+from minibert.support.outputs import describe_model_folder, model_folder_kind
 from minibert.tokenization import load_tokenizer
 
 GENERIC_LABEL = re.compile(r"LABEL_\d+")      # transformers' name for a label config.json does not name
@@ -84,7 +85,8 @@ def read_head_config(folder):
     if not Path(folder).is_dir():
         raise MiniBertError(f"{folder}: no such folder")
     if not config_file.is_file():
-        raise MiniBertError(f"{folder}: no task.json and no config.json: not a fine-tuned model folder")
+        kind = f"{describe_model_folder(folder)}, " if model_folder_kind(folder) == "student" else ""
+        raise MiniBertError(f"{folder}: {kind}no task.json and no config.json: not a fine-tuned model folder")
     values = read_json_object(config_file)
     architectures = values.get("architectures")
     if not (isinstance(architectures, list) and len(architectures) == 1 and isinstance(architectures[0], str)):

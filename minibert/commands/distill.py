@@ -49,6 +49,11 @@ examples:
   python distill.py --student runs/sst2-bilstm --eval ../shared/data/sst2/dev.tsv --json student.json
   python distill.py --teacher runs/sst2 --paper-config sst2 --embeddings GoogleNews-vectors-negative300.txt \
       --train ../shared/data/sst2/train.tsv --eval ../shared/data/sst2/dev.tsv --output runs/sst2-bilstm-paper
+
+data-parallel over 2 processes (gloo on CPU, NCCL on GPUs; --batch-size is the global batch):
+  torchrun --standalone --nproc_per_node 2 distill.py --teacher runs/sst2 ... (same flags)
+the first process alone prints and writes (the student, --json, --plot); with --dropout 0 the weights equal
+one process's, with dropout each process draws its own masks (docs/guide.md 3).
 """
 
 import dataclasses
@@ -64,8 +69,9 @@ from minibert.support.checks import MAX_EMBEDDING_DIM
 from minibert.support.cli import ArgumentParser, HelpFormatter, format_metrics, json_safe, script_main
 from minibert.support.errors import MiniBertError
 from minibert.support.files import as_given, fingerprint, not_a_file, read_json_object, write_json
-from minibert.support.outputs import (CHECKPOINT, file_identity, read_as_one, read_record, restore_interrupted,
-                                      safe_run, write_folder, write_record)
+from minibert.support.outputs import (CHECKPOINT, describe_model_folder, file_identity, is_main_process,
+                                      model_folder_kind, read_as_one, read_record, restore_interrupted, safe_run,
+                                      write_folder, write_record)
 from minibert.support.student_files import check_files, check_run, check_teacher_folder, pos_file_path
 from minibert.tasks import CLASSIFICATION, make_task
 
@@ -292,6 +298,8 @@ def distill_from_flags(args):
         args.task, Path(args.train), Path(args.eval) if args.eval else None, output, settings_from(args),
         teacher_folder=args.teacher, teacher_label_map=args.label_map, use_teacher_logits=not args.no_teacher,
         device=args.device, resume=resume, progress=not args.quiet, keep_checkpoint=args.keep_checkpoint)
+    if not is_main_process():        # torchrun: every process trained; the main one reports and writes, once
+        return 0
     kind = "distilled BiLSTM" if not args.no_teacher else "BiLSTM on gold labels"
     print(results_table(summary, f"{summary['task']}, {kind}, best epoch, on {given_eval or '(no --eval)'}"))
     print(f"saved to {output} ({summary['train_seconds']:.0f} s of training, {summary['end_step']} steps)")
@@ -405,7 +413,8 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     once the run has reached its last step, unless keep_checkpoint; a run
     stopped by settings.max_minutes keeps it to resume. `teacher_label_map`:
     load_teacher's label_map, for a teacher trained with transformers."""
-    from minibert.commands.trainer import TrainingConfig, load_checkpoint, setup_context, train
+    from minibert.commands.trainer import (TrainingConfig, leave_process_group, load_checkpoint, main_process_first,
+                                           setup_context, train)
     from minibert.distillation import (DistillationObjective, build_student, optimizer_factory, predict_student,
                                        student_features, student_tokenizer)
     from minibert.finetuning import LengthGroupedBatches
@@ -426,8 +435,9 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
     eval_examples = task.read(Path(eval_file)) if eval_file is not None else None
     started, transfer, logits, cache_hit, teacher_metrics = time.time(), list(examples), None, False, None
     if distilling:
-        transfer, logits, cache_hit = transfer_set_with_logits(teacher, examples, train_file, settings,
-                                                               context.device, progress)
+        with main_process_first(context):     # the main process augments and asks the teacher; the others read
+            transfer, logits, cache_hit = transfer_set_with_logits(teacher, examples, train_file, settings,
+                                                                   context.device, progress)
     transfer_seconds = time.time() - started
     if teacher is not None and eval_examples is not None:
         features = teacher.task.features(eval_examples, teacher.tokenizer, teacher.record["max_seq_len"])
@@ -479,6 +489,7 @@ def distill(task_name, train_file, eval_file, output, settings, teacher_folder=N
         save_student(model, tokenizer, task, output, record)
     if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
         (output / CHECKPOINT).unlink(missing_ok=True)     # finished: nothing left to resume
+    leave_process_group(context)            # after it, every process reads the best epoch the main one saved
     best, best_epoch_number = previous_best(output, task.main_metric)     # the folder holds the best epoch
     summary.update(record, task=task.name, best=best, best_epoch=best_epoch_number,
                    epochs_history=best_epoch.history, teacher_metrics=teacher_metrics, train_seconds=train_seconds,
@@ -603,7 +614,8 @@ def read_student_record(folder, tasks):
     """student.json, its fields checked (`tasks`: the task names a student may have)."""
     restore_interrupted(folder)          # a folder a killed write left renamed away comes back
     if not (Path(folder) / STUDENT_FILE).is_file():
-        raise MiniBertError(f"--student {folder}: not a distill.py student folder (no {STUDENT_FILE})")
+        kind = f"{describe_model_folder(folder)}, " if model_folder_kind(folder) else ""
+        raise MiniBertError(f"--student {folder}: {kind}not a distill.py student folder (no {STUDENT_FILE})")
     record = read_record(folder, STUDENT_FILE, required=("student", "task", "labels", "tokenization", "max_seq_len"))
     path = Path(folder) / STUDENT_FILE
     if record["task"] not in tasks:

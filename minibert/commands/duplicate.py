@@ -46,11 +46,11 @@ examples:
   python duplicate.py --model DEBERTA_DIR --duplicate 0,1 --output deberta-deeper/
 """
 
-from minibert.support.checks import MAX_DEPTH, check_pretrained_source, parse_indices
-from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_reports, int_between, make_parent_folder,
-                                  output_folder, positive_int, script_main)
+from minibert.support.checks import MAX_DEPTH, parse_indices
+from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_reports, add_threads, int_between,
+                                  make_parent_folder, output_folder, positive_int, script_main)
 from minibert.support.files import write_json
-from minibert.support.outputs import safe_run
+from minibert.support.outputs import check_pretrained_source, safe_run
 
 # Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
 # that use them, so --help and a mistyped flag answer at once.
@@ -80,6 +80,7 @@ parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N", 
 add_reports(parser, "both probes (--probe), {\"original\": ..., \"deeper\": ...} in probe.py's format (accuracies in "
             "percent),", "both models' accuracy by layer (--probe)")
 add_bf16(parser, "--probe's runs of both models (the written model is float32 either way)")
+add_threads(parser)
 
 
 @script_main

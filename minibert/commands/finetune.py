@@ -57,6 +57,11 @@ examples:
   python finetune.py --model runs/sst2 --eval ../shared/data/sst2/dev.tsv --json sst2.json
   python finetune.py --model runs/sst2 --predict ../shared/data/sst2/dev.tsv --output SST-2.tsv   # GLUE's TSV
   python finetune.py --ensemble runs/sst2-a runs/sst2-b --predict test.tsv --output preds.jsonl
+
+data-parallel fine-tuning over 2 processes (gloo on CPU, NCCL on GPUs; --batch-size is the global batch):
+  torchrun --standalone --nproc_per_node 2 finetune.py --task sst2 ... (same flags)
+the first process alone prints and writes (the folder, --json, --plot); without dropout in the model's
+config the weights equal one process's, with dropout each process draws its own masks (docs/guide.md 3).
 """
 
 import sys
@@ -69,7 +74,8 @@ from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, format_metrics, json_safe, script_main
 from minibert.support.errors import MiniBertError, ParameterError
 from minibert.support.files import as_given, check_tokenizer_matches, tokenizer_fingerprint, write_json
-from minibert.support.outputs import (CHECKPOINT, check_task_record, file_identity, read_as_one, read_record, safe_run,
+from minibert.support.outputs import (CHECKPOINT, check_task_record, describe_model_folder, file_identity,
+                                      is_main_process, model_folder_kind, read_as_one, read_record, safe_run,
                                       write_folder, write_record)
 from minibert.tasks import TASKS, make_task
 
@@ -241,6 +247,8 @@ def fine_tune_from_flags(args):
         sift=sift_config(args), resume_flags=resume_flags(args, eval_name),
         eval_name="held-out" if args.split_eval is not None else Path(given_eval or "").name,
         keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer)
+    if not is_main_process():        # torchrun: every process trained; the main one reports and writes, once
+        return 0
     best = summary.get("best")
     if best is not None:
         record = {"task": args.task, "evaluated_on": eval_name, **best}
@@ -367,7 +375,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
     import torch
 
     from minibert.checkpoints import load_with_tokenizer
-    from minibert.commands.trainer import TrainingConfig, setup_context, train
+    from minibert.commands.trainer import TrainingConfig, leave_process_group, setup_context, train
     from minibert.finetuning import LengthGroupedBatches, Objective, TaskModel
     from minibert.heads import add_pooler_if_missing
     context = setup_context(device)
@@ -439,6 +447,7 @@ def fine_tune(task, model_name, train_examples, eval_examples, output, *, epochs
         save_task_model(model, task, tokenizer, output, record)
     if context.is_main and summary["end_step"] >= total_steps and not keep_checkpoint:
         (output / CHECKPOINT).unlink(missing_ok=True)     # finished: nothing left to resume
+    leave_process_group(context)
     summary.update(task=task.name, seconds=time.time() - started, epochs_history=best_epoch.history,
                    best=best_epoch.best, steps_per_epoch=len(batches))
     return summary
@@ -471,7 +480,12 @@ def save_task_model(model, task, tokenizer, folder, record, metrics=None):
 
 
 def read_task_record(folder):
-    """task.json, its fields checked (support/outputs.py)."""
+    """task.json, its fields checked (support/outputs.py). A distilled
+    student has none, and is named for what it is (outputs.describe_model_folder)."""
+    if model_folder_kind(folder) == "student":
+        raise MiniBertError(f"{folder}: {describe_model_folder(folder)}, not a fine-tuned BERT-family model; "
+                            f"finetune.py reads finetune.py's folders: evaluate or predict with a student through "
+                            f"distill.py --student {folder}")
     record = read_record(folder, TASK_FILE, required=("task", "max_seq_len"),
                          missing_hint=f"not a fine-tuned model folder: make one with "
                                       f"finetune.py --task ... --output {folder}; a folder trained with "

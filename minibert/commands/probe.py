@@ -32,7 +32,7 @@ from pathlib import Path
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_device, add_reports, make_parent_folder,
                                   non_negative_int, positive_float, positive_int, probability, script_main)
 from minibert.support.errors import MiniBertError
-from minibert.support.files import write_json
+from minibert.support.files import read_json_object, write_json
 from minibert.support.outputs import safe_run
 from minibert.support.plots import model_label, plot_probe, require_matplotlib
 
@@ -186,13 +186,34 @@ def probe(model, tokenizer, sentences, *, mlm_head=None, batch_size=32, mask_pro
     sentences cut to the model's positions (`truncated`)."""
     from minibert import probing
     if mlm_head is None and model.mlm_head is None:
-        raise MiniBertError(f"{model_name or 'the model'}: has no MLM head (a Hugging Face `BertModel` file?); "
-                            f"pass --fit-head TEXTFILE to fit one on its last layer first")
+        raise MiniBertError(no_head_message(model, model_name))
     check_vocabularies(model, tokenizer)
     result = probing.probe_model(model, tokenizer, sentences, mlm_head=mlm_head, batch_size=batch_size,
                                  mask_prob=mask_prob, show=show, model_name=model_name, **options)
     result.truncated = count_too_long(tokenizer, sentences, result.max_length)
     return result
+
+
+def no_head_message(model, model_name=""):
+    """Why `model` cannot be probed as it is, by what its folder is: a
+    fine-tuned folder's head is its task's (fine-tuning keeps no MLM head),
+    so the model it was fine-tuned from is the one to probe; any other
+    encoder without an MLM head (a Hugging Face `BertModel` file) needs one
+    fitted (--fit-head)."""
+    from minibert.support.outputs import describe_model_folder, model_folder_kind
+    name = model_name or "the model"
+    folder = getattr(model, "source_dir", None)
+    if folder is not None and model_folder_kind(folder) == "fine-tuned":
+        try:
+            base = read_json_object(Path(folder) / "task.json").get("base_model")
+        except MiniBertError:               # a damaged task.json: the message is about the folder's kind
+            base = None
+        base = f" ({base}, its task.json says)" if isinstance(base, str) and base.isprintable() else ""
+        return (f"{name}: {describe_model_folder(folder)}, whose head is its task's, not an MLM head; probe.py "
+                f"probes a pretrained encoder: give the model it was fine-tuned from{base}, or --fit-head TEXTFILE "
+                f"to fit an MLM head on this folder's encoder")
+    return (f"{name}: has no MLM head (a Hugging Face `BertModel` file?); give --fit-head TEXTFILE to fit one on "
+            f"its last layer first")
 
 
 def fit_head(model, tokenizer, sentences, *, steps=300, lr=1e-3, batch_size=256, **options):

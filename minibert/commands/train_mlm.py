@@ -32,9 +32,16 @@ across --resume: checkpoint.pt records the time spent, and a resumed run
 continues the schedule from that progress. --max-minutes, by contrast, only
 stops this one invocation (--resume continues, the schedule unchanged).
 
-Distributed over 2 processes (gloo on CPU, NCCL on GPUs):
+Data-parallel over 2 processes (gloo on CPU, NCCL on GPUs; --batch-size is
+the global batch, split over them):
 
-    torchrun --nproc_per_node 2 train_mlm.py ... (same flags)
+    torchrun --standalone --nproc_per_node 2 train_mlm.py ... (same flags)
+
+The run acts once: the first process alone prints and writes (the folder,
+--json, --plot), and the tokens it reports are every process's. With
+--dropout 0 the weights equal one process's with the same --batch-size;
+with dropout each process draws its own masks, so the runs differ as two
+draws do, statistically equivalent (docs/guide.md 3).
 
 --arch deberta (the same flags otherwise) pretrains a DeBERTa of the same
 size instead: the v2/v3 encoder (model_type deberta-v2: disentangled
@@ -59,7 +66,6 @@ shapes the run (the corpus, by path, size and SHA-256, --lr, --warmup,
 --mask-prob, ...), naming it; --force writes over anything else.
 """
 
-import os
 import shutil
 import sys
 import time
@@ -72,7 +78,8 @@ from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_c
                                   positive_float, positive_int, probability, script_main)
 from minibert.support.errors import MiniBertError
 from minibert.support.files import as_given, not_a_file, tokenizer_fingerprint, vocabulary
-from minibert.support.outputs import CHECKPOINT, MODEL_FOLDER_FILES, file_identity, safe_run, write_folder
+from minibert.support.outputs import (CHECKPOINT, MODEL_FOLDER_FILES, file_identity, is_main_process, safe_run,
+                                      write_folder)
 
 # Above, only modules that load in milliseconds; torch and the lessons are imported inside the functions
 # that use them, so --help and a mistyped flag answer at once.
@@ -380,6 +387,8 @@ def main(argv=None):
                        bf16=args.bf16, keep_checkpoint=args.keep_checkpoint, optimizer=args.optimizer,
                        schedule=args.schedule, budget_minutes=args.budget_minutes,
                        warmup_fraction=args.warmup_fraction, resume_flags=resume_flags(args))
+    if not is_main_process():        # torchrun: every process trained; the main one reports and writes, once
+        return 0
     if args.json:
         make_parent_folder(args.json)
         write_json(args.json, summary)
@@ -389,7 +398,7 @@ def main(argv=None):
               f"masked tokens, perplexity {final['perplexity']:.2f}")
     print(f"saved to {args.output} after step {summary['end_step']:,} ({summary['seconds']:.0f} s, "
           f"{summary['tokens_seen']:,} tokens)")
-    if args.plot and os.environ.get("RANK", "0") == "0":     # torchrun: one process draws
+    if args.plot:
         from minibert.support.plots import plot_pretraining
         make_parent_folder(args.plot)
         plot_pretraining(summary["history"], args.plot)
@@ -597,7 +606,8 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     flags that make the model config), which --resume must find unchanged."""
     import torch
 
-    from minibert.commands.trainer import Prefetched, TrainingConfig, load_checkpoint, setup_context, train
+    from minibert.commands.trainer import (Prefetched, TrainingConfig, leave_process_group, load_checkpoint,
+                                           main_process_first, setup_context, train)
     from minibert.pretraining import MaskedLMObjective, evaluate_mlm
     if (steps is None) == (budget_minutes is None):
         raise MiniBertError(f"steps {steps!r}, budget_minutes {budget_minutes!r}: give one of the two, the "
@@ -616,15 +626,11 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
     if global_batch % context.world_size:
         raise MiniBertError(f"--batch-size {batch_size} must divide evenly over {context.world_size} processes")
 
-    # Rank 0 tokenizes first and the others wait, so the cache is built once.
-    if context.distributed and not context.is_main:
-        torch.distributed.barrier()
-    train_batches = corpus_batches(corpus, tokenizer, cache_dir, max_seq_len, global_batch, seed,
-                                   pair_objective, mask_prob, whole_word, progress and context.is_main)
-    heldout_batches = (corpus_batches(heldout, tokenizer, cache_dir, max_seq_len, 64, seed + 1, pair_objective,
-                                      mask_prob, whole_word, progress and context.is_main) if heldout else None)
-    if context.distributed and context.is_main:
-        torch.distributed.barrier()
+    with main_process_first(context):     # the main process tokenizes, so the cache is built once
+        train_batches = corpus_batches(corpus, tokenizer, cache_dir, max_seq_len, global_batch, seed,
+                                       pair_objective, mask_prob, whole_word, progress and context.is_main)
+        heldout_batches = (corpus_batches(heldout, tokenizer, cache_dir, max_seq_len, 64, seed + 1, pair_objective,
+                                          mask_prob, whole_word, progress and context.is_main) if heldout else None)
 
     torch.manual_seed(seed)
     model = build_model(model_config, pair_objective)
@@ -676,6 +682,7 @@ def pretrain(corpus, output, model_config, tokenizer, *, heldout=(), max_seq_len
             if own_cache and steps != 0:     # a run of 0 steps only prepares: its cache is what it is for
                 shutil.rmtree(cache_dir, ignore_errors=True)
             checkpoint_path.unlink(missing_ok=True)
+    leave_process_group(context)
     summary["parameters"] = model.num_parameters()
     summary["run_config"] = {k: v for k, v in run_config.items() if k != "vocabulary"}  # the file has it
     return summary

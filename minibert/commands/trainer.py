@@ -8,7 +8,16 @@ training_step once per optimizer step.
 Each loss term is a sum over items divided by the *global* count for the
 step, so one process with batch 2N and two processes with batch N compute
 the same gradient (DistributedDataParallel averages gradients over the
-processes, hence the factor world_size).
+processes, hence the factor world_size). That holds exactly without dropout;
+with dropout each process draws the masks of its own rows (see Randomness),
+so the two runs make other draws of the same distribution: statistically
+equivalent updates, not equal ones (docs/guide.md 3).
+
+Under torchrun the run acts once: the main process (support/outputs.py,
+is_main_process) alone prints, evaluates and saves, and what it reports is
+the whole run's: the tokens seen and the logged losses and accuracies are
+summed over the processes (all_reduce_sum), so they read as one process
+with the same global batch would read them.
 
 Randomness: the batches are a deterministic function of (seed, step) (see
 pretraining.py) and the dropout generator is re-seeded from (seed, step,
@@ -25,6 +34,7 @@ steps take different times in two runs, so the progress at step n, and the
 rate, differ between a stopped-and-resumed run and an uninterrupted one.
 """
 
+import contextlib
 import itertools
 import math
 import os
@@ -39,6 +49,7 @@ from tqdm.auto import tqdm                   # a widget in a notebook, text in a
 
 from minibert.support.errors import MiniBertError
 from minibert.support.files import remove_leftovers, save_torch
+from minibert.support.outputs import is_main_process
 from minibert.support.runtime import autocast as bf16_autocast, choose_device, move_to_device, seed_from
 from minibert.training import (make_optimizer, progress_schedule, step_counts, training_step,
                                warmup_then_linear_decay)
@@ -58,7 +69,8 @@ class Context:
 
     @property
     def is_main(self):
-        return self.rank == 0
+        """The one process that prints and writes (support/outputs.is_main_process)."""
+        return is_main_process(self.rank)
 
     @property
     def distributed(self):
@@ -78,6 +90,32 @@ def setup_context(device="auto"):
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return Context(device, rank, world_size)
+
+
+@contextlib.contextmanager
+def main_process_first(context):
+    """Run the block on the main process first, then on the others: what it
+    prepares and caches (train_mlm.py's token cache, distill.py's transfer
+    set and teacher logits) is made and written once, by the main process,
+    and the others read it from the cache."""
+    if context.distributed and not context.is_main:
+        dist.barrier()                   # wait for the main process's cache
+    yield
+    if context.distributed and context.is_main:
+        dist.barrier()                   # the cache is written: let the others read it
+
+
+def leave_process_group(context):
+    """The end of a run under torchrun, once it has done its work: every
+    process waits for the main one to have written what it writes (a
+    barrier: no process is done before the model is saved), then all leave
+    the process group. Leaving it stops gloo's and NCCL's threads while
+    Python still runs; a process that exits without it can abort (SIGABRT)
+    as those threads are torn down, and torchrun then stops the others, the
+    main one while it saves."""
+    if context.distributed and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------
@@ -182,6 +220,21 @@ def all_reduce_sum(values, context):
         tensor = tensor.to(context.device)
     dist.all_reduce(tensor)
     return dict(zip(keys, tensor.tolist()))
+
+
+# The key under which a step's token count rides along with its loss counts
+# in one all-reduce (no loss term is called so: a term is one word).
+TOKENS = "tokens seen"
+
+
+def summed_totals(totals, context):
+    """{term: [sum of losses, number correct, items]} summed over all
+    processes: the logged loss and accuracy of the whole global batch."""
+    if not context.distributed:
+        return totals
+    flat = all_reduce_sum({f"{term}\t{i}": value for term, values in totals.items()
+                           for i, value in enumerate(values)}, context)
+    return {term: [flat[f"{term}\t{i}"] for i in range(len(values))] for term, values in totals.items()}
 
 
 def check_finite(step_stats, step, learning_rate, context):
@@ -369,15 +422,18 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
         micro_batches = [rows_for_rank(batches[step * config.grad_accum_steps + m], context)
                          for m in range(config.grad_accum_steps)]
         counts = step_counts(objective, micro_batches)        # this process's; the step divides by all processes'
-        for batch in micro_batches:
-            batch_tokens = int(batch["attention_mask"].sum()) * context.world_size
-            tokens_seen += batch_tokens
-            window_tokens += batch_tokens
+        tokens = sum(int(batch["attention_mask"].sum()) for batch in micro_batches)    # this process's, no padding
+        # One all-reduce per step sums both over the processes: the counts each loss term divides by, and the
+        # tokens the step has seen (each process's rows hold their own number of real tokens).
+        shared = all_reduce_sum({**counts, TOKENS: tokens}, context)
+        step_tokens = int(shared.pop(TOKENS))
+        tokens_seen += step_tokens
+        window_tokens += step_tokens
         micro_batches = [move_to_device(batch, context.device) for batch in micro_batches]
         # Under torch.distributed every micro-batch's backward averages its gradients over the processes (the
         # average of sums is the sum of averages, so accumulation stays exact); the counts are global.
         step_stats = training_step(network, micro_batches, objective, optimizer, scheduler, config.max_grad_norm,
-                                   counts=all_reduce_sum(counts, context), world_size=context.world_size,
+                                   counts=shared, world_size=context.world_size,
                                    check=lambda stats: check_finite(stats, step + 1, config.learning_rate, context))
 
         for term, (loss_sum, correct) in step_stats.items():
@@ -392,7 +448,7 @@ def train(model, batches, objective, config, context, checkpoint_path, run_confi
             elapsed = time.time() - window_start
             record = {"step": done, "lr": scheduler.get_last_lr()[0],
                       "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
-            for term, (loss_sum, correct, n) in totals.items():
+            for term, (loss_sum, correct, n) in summed_totals(totals, context).items():
                 record[f"{term}_loss"] = float(loss_sum) / max(n, 1)
                 record[f"{term}_accuracy"] = 100.0 * float(correct) / max(n, 1)   # percent, as every accuracy
             history.append(record)

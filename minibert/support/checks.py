@@ -240,17 +240,6 @@ def check_depth(depth, name):
         raise ParameterError(f"{name}: would make a model of {depth:,} layers; the limit is {MAX_DEPTH:,}")
 
 
-def check_pretrained_source(folder):
-    """Duplication copies an encoder with its pretraining heads. A fine-tuned
-    folder (finetune.py's, with task.json) has a task head that the copy
-    would drop, together with task.json: refused, rather than writing a
-    model that is neither the fine-tuned one nor its base."""
-    if folder is not None and (folder / "task.json").is_file():
-        raise MiniBertError(f"--model {folder}: a fine-tuned model (it has task.json); duplicating it would drop "
-                            f"its task head and task.json. Give the pretrained model it was fine-tuned from, "
-                            f"then fine-tune the deeper one")
-
-
 # ==============================================================================
 # The checks on what minibert/metrics.py is given: what the official
 # scripts would silently misread or crash on raises a one-line MiniBertError

@@ -43,6 +43,7 @@ rate trains quietly on NaNs):
 """
 
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -86,6 +87,10 @@ class ArgumentParser(argparse.ArgumentParser):
         # unknown flag or a bad value elsewhere should not wait for (add_device)
         if isinstance(getattr(parsed, "device", None), DeviceName):
             parsed.device = checked(self, "--device", device, parsed.device)
+        # --threads (add_threads): torch's CPU threads set, and said, before the run starts
+        if any(action.type is thread_count for action in self._actions):
+            from minibert.support.runtime import use_threads
+            parsed.threads = use_threads(parsed.threads, quiet=getattr(parsed, "quiet", False) is True)
         return parsed
 
     def error(self, message):
@@ -145,18 +150,37 @@ def script_main(main):
     releases the --output locks it took (support/outputs.safe_run), so the
     next call in the same process may write the same folder, and turns the
     progress bars that --quiet silenced on again. Errors stay exceptions:
-    `run` is the one place that turns them into exit statuses."""
+    `run` is the one place that turns them into exit statuses. Under
+    torchrun only the main process speaks (main_process_speaks)."""
     @functools.wraps(main)
     def called(argv=None):
         from minibert.support.outputs import release_locks
         try:
-            return main(argv) or 0
+            with main_process_speaks():
+                return main(argv) or 0
         except ParserExit as e:
             return e.code
         finally:
             release_locks()
             restore_progress_bars()
     return called
+
+
+@contextlib.contextmanager
+def main_process_speaks():
+    """Under torchrun, every process but the main one (outputs.is_main_process)
+    runs with its sys.stdout and sys.stderr sent to os.devnull, so that the
+    run's lines, warnings and progress appear once, as one process would show
+    them, not once per process (the figures in them are the whole run's:
+    commands/trainer.py sums them over the processes). An error still reaches
+    the terminal from every process that meets it: it leaves main as an
+    exception, and `run` prints it after the streams are back."""
+    from minibert.support.outputs import is_main_process
+    if is_main_process():
+        yield
+        return
+    with open(os.devnull, "w") as nowhere, contextlib.redirect_stdout(nowhere), contextlib.redirect_stderr(nowhere):
+        yield
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -420,12 +444,31 @@ def add_reports(group, json_holds, plot_draws=None, json_metavar="FILE"):
 
 
 def add_device(group, default="auto", quiet=True):
-    """--device (and --quiet: no progress bars). Its value is a torch.device,
-    checked when the rest of the command line has been read (DeviceName)."""
+    """--device (and --quiet: no progress bars), and --threads (add_threads).
+    Its value is a torch.device, checked when the rest of the command line
+    has been read (DeviceName)."""
     group.add_argument("--device", type=DeviceName, default=default,
                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    add_threads(group)
     if quiet:
-        group.add_argument("--quiet", action="store_true", help="no progress bars")
+        group.add_argument("--quiet", action="store_true", help="no progress bars (and no threads: line)")
+
+
+def thread_count(text):
+    """--threads N: a positive integer (its own type, by which
+    ArgumentParser.parse_args knows the flag to act on)."""
+    return positive_int(text)
+
+
+def add_threads(group):
+    """--threads N: torch's CPU threads. Once the command line is read,
+    ArgumentParser.parse_args sets them (support/runtime.use_threads: the
+    flag, else OMP_NUM_THREADS, else the cores not already busy) and prints
+    one line saying how many and why; args.threads is then that count."""
+    group.add_argument("--threads", type=thread_count, metavar="N",
+                       help="CPU threads for torch (default: OMP_NUM_THREADS if set, else the cores not already "
+                            "busy: all cores less the 1-minute load average, at least 1; docs/guide.md 2, "
+                            "Threads)")
 
 
 def add_checkpointing(group, kept, resume_help="continue from OUTPUT/checkpoint.pt after a kill",
@@ -502,10 +545,7 @@ def add_study(parser, tasks, task_help, model_help, split_note="", seeds_note=""
                             "the messages go to the run's log.txt)")
     training = parser.add_argument_group("fine-tuning, identical for every run")
     add_fine_tuning(training, evaluating="when evaluating")
-    add_device(training, quiet=False)
-    training.add_argument("--threads", type=positive_int, metavar="N",
-                          help="CPU threads for torch (default: torch's choice, one per core); on a machine busy "
-                               "with another job, 1 avoids threads waiting on each other")
+    add_device(training, quiet=False)          # and --threads
     return data, study, training
 
 

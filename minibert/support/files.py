@@ -351,16 +351,29 @@ def kind_of(path):
     return "not a regular file"
 
 
+# The input flags whose value is one file, in every script that has them (a
+# flag means one thing in every script), and the files a folder given in its
+# place may hold under the expected name (a model folder holds its config.json
+# and vocab.txt). safe_run refuses a folder there before anything reads it:
+# one line naming the flag, rather than the reader's "Is a directory".
+# (--corpus and --heldout-corpus take folders of text files; --model, --teacher
+# and --student take model folders; --embeddings also takes "random" and "teacher".)
+FILE_FLAGS = {"--config": ("config.json", "bert_config.json", "albert_config.json"), "--vocab": ("vocab.txt",),
+              "--train": (), "--eval": (), "--predict": (), "--text": (), "--fit-head": (), "--pos-file": ()}
+
+
 def not_a_file(path, flag, folders=False):
     """The one-line message for an input `path` that cannot be read as a file
-    (folders=True: nor as a folder of files), or None if it can."""
+    (folders=True: nor as a folder of files), or None if it can. A folder
+    given for a file names the file in it that `flag` expects, if it is there."""
     path = Path(path)
     if path.is_file() or (folders and path.is_dir()):
         return None
     if not path.exists():
         return f"{flag} {path}: no such file" + (" or folder" if folders else "")
     if path.is_dir():
-        return f"{flag} {path}: a folder; expected a file"
+        inside = next((path / name for name in FILE_FLAGS.get(flag, ()) if (path / name).is_file()), None)
+        return f"{flag} {path}: a folder; expected a file" + (f" ({inside} is there: give that)" if inside else "")
     return f"{flag} {path}: {kind_of(path)}; expected a file" + (" or a folder" if folders else "")
 
 
@@ -392,6 +405,18 @@ def read_once(path, flag):
     _copy_of[pipe] = copy
     _copy_named[str(path)] = copy
     return copy
+
+
+def check_file_flags(inputs):
+    """Every input of FILE_FLAGS in `inputs` ({flag: a path, a list of paths
+    or None}) that names a folder is refused, in one line (not_a_file). A
+    path that does not exist is left to the run (read_once, or the reader)."""
+    for flag, paths in inputs.items():
+        if flag not in FILE_FLAGS or paths is None:
+            continue
+        for path in paths if isinstance(paths, (list, tuple)) else [paths]:
+            if Path(path).is_dir():
+                raise MiniBertError(not_a_file(path, flag))
 
 
 def read_all_once(data):

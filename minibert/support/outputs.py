@@ -38,6 +38,10 @@ A model folder is recognised by its files (model_files), not by its name.
 The second half of this file writes the folder: as one unit (write_folder),
 put right after a kill (recover_folder), read back as one snapshot
 (read_as_one), with its small JSON record (write_record, read_record).
+
+Under torchrun every process runs the script, and one of them, the main
+process (is_main_process), does everything a single run would do once: it
+holds the lock, prints, and writes the model folder, --json and --plot.
 """
 
 import os
@@ -48,9 +52,24 @@ import time
 from pathlib import Path
 
 from minibert.support.errors import MiniBertError, Terminated
-from minibert.support.files import (DISK_FULL, LEFTOVER, as_given, copy_for, file_sha256, fingerprint, fsync_folder,
-                                    glob_escape, process_is_alive, read_all_once, read_json_object, refuse_special,
-                                    temporary_name, write_json)
+from minibert.support.files import (DISK_FULL, LEFTOVER, as_given, check_file_flags, copy_for, file_sha256,
+                                    fingerprint, fsync_folder, glob_escape, process_is_alive, read_all_once,
+                                    read_json_object, refuse_special, temporary_name, write_json)
+
+
+def is_main_process(rank=None):
+    """Whether the process of `rank` (default: this one) is the main one: the
+    only process that prints, shows progress and writes files. torchrun starts
+    several copies of a script and numbers them in the environment variable
+    RANK; the first, rank 0, is the main one, and so is a script started
+    without torchrun. The one rule for the whole package: the commands'
+    Context.is_main (commands/trainer.py), the lock below and cli.script_main,
+    which silences the other processes, all ask it. Read from the
+    environment, not from torch.distributed, so it answers before torch is
+    imported (--help) and before the processes have joined their group."""
+    if rank is None:
+        rank = int(os.environ.get("RANK", "0"))
+    return int(rank) == 0
 
 
 def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resume=None, source=None,
@@ -71,6 +90,7 @@ def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resum
     (they may lie inside its folder). files: {flag: path or None} the other
     files it writes."""
     inputs = {**dict(inputs), **dict(data)}
+    check_file_flags(inputs)                 # a folder given where one file is expected
     caches = {f: path for f, path in dict(caches).items() if path is not None}
     files = {f: path for f, path in dict(files).items() if path}
     owned = {flag: folder} if folder is not None else {}
@@ -82,7 +102,7 @@ def safe_run(inputs=(), data=(), *, folder=None, record=None, force=False, resum
         _check_output_file(path, inputs, file_flag, {**owned, **caches})
     _check_distinct_outputs(files)
     lock = None
-    if folder is not None and os.environ.get("RANK", "0") == "0":    # torchrun: its first process alone
+    if folder is not None and is_main_process():    # torchrun: the main process alone
         lock = _lock(folder, flag)
     run = SafeRun(folder and Path(folder), {}, False, lock)
     try:
@@ -123,8 +143,10 @@ class SafeRun:
             _release(self.lock)
 
 
-# What a model folder is: its files (WEIGHTS, RECORD_FILES and TOKENIZER_FILES below)
-RECORDS = {"task.json": "a fine-tuned model", "student.json": "a distilled student"}
+# What a model folder is: its files (WEIGHTS, RECORD_FILES and TOKENIZER_FILES below). A record of
+# minibert's marks a kind; a folder with weights and neither record is a pretrained model.
+RECORDS = {"student.json": "student", "task.json": "fine-tuned"}
+KINDS = {"student": "a distilled student", "fine-tuned": "a fine-tuned model", "pretrained": "a pretrained model"}
 
 
 def model_files(folder):
@@ -141,8 +163,53 @@ def model_files(folder):
 
 def describe(folder, files):
     """"a fine-tuned model", "a distilled student" or "a pretrained model", with the files that say so."""
-    kind = next((RECORDS[name] for name in RECORDS if name in files), "a pretrained model")
+    kind = KINDS[model_folder_kind(folder) or "pretrained"]
     return f"{kind} ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})"
+
+
+def model_folder_kind(folder):
+    """What kind of model `folder` holds, named by the files that mark it (the
+    one place that tells them apart, for every message that names a folder's
+    kind): "student" (distill.py's BiLSTM: student.json), "fine-tuned"
+    (finetune.py's encoder plus task head: task.json), "pretrained" (weights,
+    or a config beside a tokenizer's files, with neither record), or None
+    (not a model folder). A record decides before the weights do: a
+    fine-tuned folder holds config.json and model.safetensors too."""
+    files = model_files(folder)
+    if not files:
+        return None
+    return next((RECORDS[name] for name in RECORDS if name in files), "pretrained")
+
+
+def describe_model_folder(folder):
+    """A model folder's kind in words, for a message that must say what the
+    user gave: "a distilled student (distill.py's BiLSTM, student.json)",
+    "a fine-tuned sst2 model (finetune.py's, task.json)", "a pretrained
+    model" or "not a model folder". A fine-tuned folder's task is read from
+    its task.json, as far as that file can be read (the message is about
+    the folder's kind, not about a damaged record)."""
+    kind = model_folder_kind(folder)
+    if kind == "student":
+        return "a distilled student (distill.py's BiLSTM, student.json)"
+    if kind == "fine-tuned":
+        try:
+            task = read_json_object(Path(folder) / "task.json").get("task")
+        except MiniBertError:
+            task = None
+        task = f"{task} " if isinstance(task, str) and task.isprintable() and len(task) <= 40 else ""
+        return f"a fine-tuned {task}model (finetune.py's, task.json)"
+    return "a pretrained model" if kind == "pretrained" else "not a model folder"
+
+
+def check_pretrained_source(folder):
+    """Duplication copies an encoder with its pretraining heads. A fine-tuned
+    folder (finetune.py's, with task.json) has a task head that the copy
+    would drop, together with task.json: refused, rather than writing a
+    model that is neither the fine-tuned one nor its base."""
+    if folder is not None and model_folder_kind(folder) == "fine-tuned":
+        raise MiniBertError(f"--model {folder}: {describe_model_folder(folder)}; duplicating it would drop its "
+                            f"task head and task.json. Give the pretrained model it was fine-tuned from, then "
+                            f"fine-tune the deeper one")
 
 
 def enclosing_model_folder(path):
@@ -296,7 +363,7 @@ def _check_training_contents(output, record_file, resume=False, flag="--output")
         raise MiniBertError(f"{flag} {output}: holds {describe(output, files)}; a run never writes over a model: "
                             f"choose another folder")
     if own and not resume:
-        what = (f"already holds {RECORDS[record_file]}" if record_file in files
+        what = (f"already holds {KINDS[RECORDS[record_file]]}" if record_file in files
                 else f"holds the {CHECKPOINT} of an earlier run")
         raise MiniBertError(f"{flag} {output}: {what}; choose another folder (or --resume to continue its run)")
 
@@ -355,7 +422,7 @@ def _resume_from_checkpoint(output):
     starts again from step 0, and says so."""
     if (Path(output) / CHECKPOINT).is_file():
         return True
-    if os.environ.get("RANK", "0") != "0":      # torchrun starts several processes: one line is enough
+    if not is_main_process():           # torchrun starts several processes: one line is enough
         return False
     print(f"--resume: {output} holds no {CHECKPOINT} (the run stopped before its first one, or finished and "
           f"removed it); starting from step 0")

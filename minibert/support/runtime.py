@@ -1,8 +1,10 @@
 """Where and how a run computes: the device (`--device`, bfloat16 autocast,
-memory headroom), and the seeds every random draw is made from.
+memory headroom), torch's CPU threads (`--threads`), and the seeds every
+random draw is made from.
 """
 
 import hashlib
+import os
 
 import torch
 
@@ -14,7 +16,8 @@ from minibert.support.errors import MiniBertError
 # Every script takes a `--device` flag (auto, cpu, cuda, cuda:1, mps) and turns
 # it into a `torch.device` with `choose_device`; training, probing and
 # fine-tuning move their batches with `move_to_device`. Every script's `--bf16`
-# is `autocast(device, bf16)`.
+# is `autocast(device, bf16)`. Every script's `--threads` is `use_threads`:
+# how many CPU threads torch runs, by one rule (`threads_rule`) unless told.
 # ==============================================================================
 
 
@@ -119,6 +122,86 @@ def check_can_allocate(what, address_bytes, memory_bytes):
     if available is not None and memory_bytes > available:
         raise MiniBertError(f"{what}: loading it needs about {gb(memory_bytes)} of memory, and this machine has "
                             f"{gb(available)} available")
+
+
+# ==============================================================================
+# Threads: how many CPU threads torch runs (every script's --threads).
+# ==============================================================================
+
+
+def threads_rule(cores, load, processes=1):
+    """The default number of torch's CPU threads: the cores not already busy,
+    shared among the `processes` of one run on this machine (torchrun's local
+    processes), and at least one:
+
+        max(1, min(cores, cores - round(load)) // processes)
+
+    `load` is the 1-minute load average, the number of processes that were
+    running or waiting to run, averaged. Why not every core, torch's own
+    default: torch's threads meet at a barrier after every operation, so one
+    thread that waits for a core another job holds makes all of them wait. A
+    user measured a 30-step train_mlm.py run on 2 cores busy with other work:
+    66 s and 125 s with 2 threads, 31 s and 30 s with one.
+
+    Its limits: the load average trails the machine by about a minute (a job
+    that has just started or stopped is not yet in it); it counts the whole
+    machine, and in a container often the host's, whatever this process may
+    use; on Linux it also counts processes waiting on a disk, which hold no
+    core; a job that starts after this run has chosen is not seen. On an idle
+    machine the rule gives every core, as torch does. --threads N says
+    otherwise, and so does OMP_NUM_THREADS (use_threads)."""
+    free = min(cores, cores - round(load))
+    return max(1, free // max(1, processes))
+
+
+def machine_cores():
+    """The cores this process may run on (its CPU affinity, which taskset and
+    a container's cpuset narrow), else every core the machine has."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def positive_count(text):
+    """An environment variable's value as a count of threads or processes, or None if it is not one."""
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
+
+
+def choose_threads(requested=None, environ=None):
+    """(torch's number of CPU threads, why, in words) for a run about to
+    start. In order: `requested` (--threads N); OMP_NUM_THREADS, if the
+    environment sets it to a count (what torch itself would read, and what
+    torchrun sets to 1 for each of several processes unless it is set
+    already); else threads_rule over this process's cores, the load average
+    now, and LOCAL_WORLD_SIZE (torchrun's processes on this machine)."""
+    environ = os.environ if environ is None else environ
+    if requested is not None:
+        return requested, "--threads"
+    omp = positive_count(environ.get("OMP_NUM_THREADS"))
+    if omp is not None:
+        return omp, f"OMP_NUM_THREADS={omp} in the environment"
+    cores = machine_cores()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0     # Windows has none: an idle machine
+    processes = positive_count(environ.get("LOCAL_WORLD_SIZE")) or 1
+    shared = f", shared by {processes} processes" if processes > 1 else ""
+    return threads_rule(cores, load, processes), f"{cores} cores, {load:.1f} busy{shared}"
+
+
+def use_threads(requested=None, quiet=False):
+    """Set torch's CPU threads for this run (choose_threads) and say so, in
+    one line ("threads: 1 (2 cores, 1.9 busy)") unless `quiet` (--quiet).
+    Under torchrun only the main process's line shows (cli.script_main
+    silences the others). Returns the count.
+
+    The line goes to stdout, with the run's other news ("wrote ...", a load
+    report): stderr holds the progress bars and, for a run that fails, its
+    one `error:` line and nothing else (support/cli.py)."""
+    threads, why = choose_threads(requested)
+    torch.set_num_threads(threads)
+    if not quiet:
+        print(f"threads: {threads} ({why})", flush=True)
+    return threads
 
 
 # ==============================================================================

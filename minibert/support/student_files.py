@@ -18,7 +18,7 @@ import numpy as np
 from minibert.support.checks import EMBEDDINGS_MODES, MAX_EMBEDDING_DIM as MAX_DIM
 from minibert.support.errors import MiniBertError
 from minibert.support.files import atomic_write, copy_for, not_a_file
-from minibert.support.outputs import read_record
+from minibert.support.outputs import describe_model_folder, model_folder_kind, read_record
 
 # ==============================================================================
 # Support for minibert/distillation.py's transfer set: the words and tags of a
@@ -351,6 +351,9 @@ def check_teacher_folder(folder, task_name, classification_tasks):
     folder = Path(folder)
     if not folder.is_dir():
         raise MiniBertError(f"--teacher {folder}: no such folder")
+    if model_folder_kind(folder) == "student":
+        raise MiniBertError(f"--teacher {folder}: {describe_model_folder(folder)}, not a BERT-family "
+                            f"classifier; a teacher is a finetune.py classifier folder")
     if not (folder / "task.json").is_file():
         if task_name is not None:        # a folder trained with transformers: its config.json is checked as it is read
             return
