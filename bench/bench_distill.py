@@ -53,7 +53,7 @@ from minibert.distillation import WordTokenizer, build_vocabulary, student_logit
 from minibert.commands.distill import load_student, parameter_counts  # noqa: E402
 from minibert.lstm import StudentConfig  # noqa: E402
 from minibert.support.student_files import collate_student  # noqa: E402
-from minibert.augment import split_words  # noqa: E402
+from minibert.distillation import split_words  # noqa: E402
 from minibert.finetuning import TaskModel, collate  # noqa: E402
 from minibert.commands.finetune import load_task_model  # noqa: E402
 from minibert.heads import IGNORE_INDEX, add_pooler_if_missing  # noqa: E402

@@ -44,7 +44,7 @@ v1 and v2/v3 are one implementation with switches (`model_type`):
     token detection); its discriminator head is not part of this file.
 One attention class serves both, in v2's layout (separate query, key, value);
 v1's files fuse them into one `in_proj`, which the checkpoint code splits on
-load and fuses on save (minibert/checkpoints/deberta_names.py).
+load and fuses on save (minibert/checkpoints/name_maps.py, DeBERTa's section).
 
 Shapes in comments: B batch, T sequence length, H hidden size, E embedding
 size, A heads, D head size, V vocab, S attention span (the relative table has
@@ -608,7 +608,7 @@ class DebertaModel(nn.Module):
         DebertaForMaskedLM(legacy=False).
 
     Parameter names follow model.py's (BERT's) where the part is BERT's;
-    `python -m minibert.checkpoints.deberta_names v1` (or v3) prints every
+    `python -m minibert.checkpoints.name_maps deberta-v1` (or deberta-v3) prints every
     one beside the Hugging Face name it is saved under.
     """
 

@@ -13,7 +13,7 @@ from distill_helpers import make_distillation_data, make_teacher, one_thread
 from minibert import distillation
 from minibert.commands import distill as distill_command
 from minibert.distillation import DistillationSettings
-from minibert.pretraining_data import SENTENCE_END, split_sentences
+from minibert.pretraining import SENTENCE_END, split_sentences
 from minibert.support.caches import (CACHE_FORMAT, TokenCache, build_token_cache, check_token_cache, is_token_cache,
                                      load_transfer_cache, read_documents, save_transfer_cache, transfer_key)
 from minibert.support.errors import MiniBertError

@@ -186,13 +186,26 @@ def test_checked_turns_a_refused_value_into_a_usage_error(tmp_path):
         cli.checked(parser, "--output", cli.output_folder, str(tmp_path / "file"))
 
 
-def test_the_name_map_command_prints_its_table_without_a_warning():
+@pytest.mark.parametrize("table, row", [("albert", "albert.embeddings.word_embeddings.weight"),
+                                        ("deberta-v1", "deberta.encoder.layer.0.attention.self.in_proj.weight"),
+                                        ("task-heads", "qa_outputs.weight")])
+def test_the_name_map_command_prints_its_table_without_a_warning(table, row):
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "minibert.checkpoints.name_maps", "albert"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "minibert.checkpoints.name_maps", table], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert "albert.embeddings.word_embeddings.weight" in done.stdout
+    assert row in done.stdout
+
+
+def test_the_name_map_command_names_its_tables_for_an_unknown_one():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "minibert.checkpoints.name_maps", "roberta"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == ("name_maps: unknown table 'roberta'; expected one of bert, albert, deberta-v1, deberta-v3, "
+                           "task-heads\n")
 
 
 @pytest.mark.parametrize("script", ["train_mlm.py", "probe.py", "duplicate.py", "finetune.py", "distill.py"])

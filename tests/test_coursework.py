@@ -790,7 +790,7 @@ def gradescope_layout(tmp_path, submission_from, data=None):
     apt-get and a pip3 that record what they are asked to install."""
     import shlex
     import zipfile
-    from minibert.coursework.autograder import write_autograder
+    from minibert.coursework.student import write_autograder
     root = tmp_path / "autograder"
     write_autograder(REPO, tmp_path / "autograder.zip", ["layer-norm", "gelu-erf"], data=data)
     with zipfile.ZipFile(tmp_path / "autograder.zip") as z:

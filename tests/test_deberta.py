@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from minibert.checkpoints.deberta_names import split_v1_in_proj
+from minibert.checkpoints.name_maps import split_v1_in_proj
 from minibert.deberta import (DebertaConfig, DebertaModel, DebertaPooler, DisentangledSelfAttention, log_bucket,
                               masked_softmax, pairwise_mask, relative_index, relative_scores_gathered,
                               relative_scores_written_out)

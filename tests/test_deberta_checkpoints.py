@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from minibert.checkpoints import huggingface_state_dict, load_pretrained, save_pretrained
-from minibert.checkpoints.deberta_names import fuse_v1_in_proj, split_v1_in_proj
+from minibert.checkpoints.name_maps import fuse_v1_in_proj, split_v1_in_proj
 from minibert.checkpoints.safetensors import load_safetensors
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.support.errors import MiniBertError

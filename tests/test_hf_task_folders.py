@@ -1,8 +1,8 @@
 """A fine-tuned folder is a complete Hugging Face model folder
-(minibert/checkpoints/task_heads.py): transformers' Auto classes load it with
-nothing missing or unexpected and give minibert's logits, its pipeline names
-minibert's labels with minibert's probabilities, and a folder without its
-head is a one-line error."""
+(minibert/checkpoints/name_maps.py, its task heads' table): transformers'
+Auto classes load it with nothing missing or unexpected and give minibert's
+logits, its pipeline names minibert's labels with minibert's probabilities,
+and a folder without its head is a one-line error."""
 
 import json
 
@@ -195,7 +195,7 @@ def test_a_head_stored_as_integers_is_a_one_line_error(tmp_path):
 
 def test_the_task_head_table_prints_one_row_per_tensor():
     import io
-    from minibert.checkpoints.task_heads import print_task_heads
+    from minibert.checkpoints.name_maps import print_task_heads
     out = io.StringIO()
     print_task_heads(out)
     rows = [line.split() for line in out.getvalue().splitlines()]

@@ -9,7 +9,7 @@ import torch
 
 from distill_helpers import make_distillation_data
 from helpers import error_line, run_script, run_script_in_process
-from minibert.augment import split_words
+from minibert.distillation import split_words
 from minibert.distillation import DistillationSettings, PAPER_CONFIGS, PieceTokenizer, WordTokenizer, build_vocabulary
 from minibert.commands.distill import load_teacher
 from minibert.support.errors import MiniBertError

@@ -7,10 +7,12 @@
                     its format, build the model and fill it, with a strict
                     report; write Hugging Face's layout
   name_maps.py      our tensor names <-> Hugging Face's <-> Google TF's, one
-                    printable table per family (deberta_names.py: DeBERTa's)
-  task_heads.py     a fine-tuned folder's head under transformers' names
-  task_folders.py   a task folder trained with transformers (no task.json), read
-                    with a task name and a label map
+                    printable table per family (BERT and ALBERT, DeBERTa) and
+                    one for the task heads fine-tuning adds (transformers'
+                    For<Task> names and architectures)
+  task_folders.py   a fine-tuned folder's head, read (load_task_head); a task
+                    folder trained with transformers (no task.json), read with
+                    a task name and a label map
   tf_bundle.py      TensorFlow's TensorBundle (index + data), read without TensorFlow
   safetensors.py    the safetensors format, read and written without the package
 """

@@ -12,7 +12,7 @@ Generic code (the loader and saver, the duplication lesson, the pretraining
 run, train_mlm.py) asks `family_of(config or model)` for the entry and reads
 its fields; it never asks which family a model is. What a family computes
 is its model file's (model.py, deberta.py); how its tensors are named is its
-name map's (name_maps.py, deberta_names.py). Adding a family: docs/guide.md,
+name map's (name_maps.py). Adding a family: docs/guide.md,
 "Adding a model family".
 
 v3 is v2's encoder and v2's checkpoint format, pre-trained another way

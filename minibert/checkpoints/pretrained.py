@@ -15,8 +15,7 @@
         3. build the model on the "meta" device (shapes, no memory) with the
            heads the checkpoint has: a BertModel, or a DebertaModel when
            config.json's model_type is "deberta" (v1) or "deberta-v2" (v2,
-           v3); map names through one explicit table   -> name_maps.py,
-                                                          deberta_names.py
+           v3); map names through one explicit table   -> name_maps.py
         4. copy tensors and check: missing, unexpected and mis-shaped tensors
            are an error (before any memory is allocated); what was skipped on
            purpose is reported in the model's `load_report`.
@@ -27,7 +26,7 @@
         BertModel, Deberta(V2)Model / Deberta(V2)ForMaskedLM for a
         DebertaModel (a v1 model is written as a v1 file, in_proj fused);
         with a task head, <Family>ForSequenceClassification / ...
-        ForTokenClassification / ...ForQuestionAnswering  -> task_heads.py
+        ForTokenClassification / ...ForQuestionAnswering  -> name_maps.py
 
 The models (model.py, deberta.py) know nothing of any of this.
 """
@@ -38,11 +37,11 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from minibert.checkpoints.deberta_names import (POSITION_TABLE, deberta_tensor_names, detect_deberta_heads,
-                                                layer_names, normalize_deberta_names)
 from minibert.checkpoints.families import LAYER_COPIES, SHARED_GROUP, family_of
-from minibert.checkpoints.name_maps import (LoadReport, detect_heads, expand, module_rows, normalize_hf_names,
-                                            normalize_tf_names, tied_copy_rows)
+from minibert.checkpoints.name_maps import (DEBERTA_POSITION_TABLE, LoadReport, deberta_layer_names,
+                                            deberta_tensor_names, detect_deberta_heads, detect_heads, expand,
+                                            head_config, head_state_dict, module_rows, normalize_deberta_names,
+                                            normalize_hf_names, normalize_tf_names, tied_copy_rows)
 from minibert.deberta import MODEL_TYPES as DEBERTA_MODEL_TYPES, DebertaConfig, DebertaModel
 from minibert.support.errors import MiniBertError
 from minibert.support.files import atomic_write, read_json_object, write_json
@@ -223,7 +222,7 @@ def build_and_fill(config, tensors, skipped, source_format, source):
 
 def build_and_fill_deberta(config, raw, source):
     """build_and_fill for DeBERTa: a DebertaModel with the parts the file
-    holds (docs/deberta.md 4.3, 4.4), filled through deberta_names.py.
+    holds (docs/deberta.md 4.3, 4.4), filled through name_maps.py's DeBERTa table.
 
     * `lm_predictions.lm_head.*` present -> the MLM head (with_mlm_head);
       `pooler.dense.*` present -> the pooler.
@@ -239,21 +238,21 @@ def build_and_fill_deberta(config, raw, source):
     """
     tensors, skipped = normalize_deberta_names(raw)
     parts = detect_deberta_heads(tensors)
-    check_layer_count(config.num_hidden_layers, len(layer_names(config, 0)), tensors, source)
+    check_layer_count(config.num_hidden_layers, len(deberta_layer_names(config, 0)), tensors, source)
     report = LoadReport(source=source, skipped=list(skipped))
     with_head, has_table = parts["with_mlm_head"], parts["with_position_table"]
     head_without_table = with_head and not config.position_biased_input and not has_table
     if has_table and not config.position_biased_input and not with_head:
-        report.skipped.append((POSITION_TABLE, "absolute positions for the Enhanced Mask Decoder, which only the "
-                                               "MLM head runs; the file has no MLM head"))
-        tensors.pop(POSITION_TABLE)
+        report.skipped.append((DEBERTA_POSITION_TABLE, "absolute positions for the Enhanced Mask Decoder, which only "
+                                                       "the MLM head runs; the file has no MLM head"))
+        tensors.pop(DEBERTA_POSITION_TABLE)
     with torch.device("meta"):
         model = DebertaModel(config, with_pooler=parts["with_pooler"],
                              with_mlm_head=with_head and not head_without_table)
         if head_without_table:
             model.mlm_head = MaskedLMHead(config)   # uses_emd stays False: the head reads the last layer
-            report.notes.append(f"no {POSITION_TABLE} (transformers does not save it): mlm_logits read the last "
-                                "layer without the Enhanced Mask Decoder, as transformers' DebertaForMaskedLM does")
+            report.notes.append(f"no {DEBERTA_POSITION_TABLE} (transformers does not save it): mlm_logits read the "
+                                "last layer without the Enhanced Mask Decoder, as transformers' DebertaForMaskedLM does")
     names = deberta_tensor_names(config, **deberta_parts(model))
     return fill(model, names, tensors, report)
 
@@ -394,7 +393,7 @@ def bert_state_dict(model):
 
 
 def deberta_state_dict(model):
-    """huggingface_state_dict of a DebertaModel, through deberta_names.py (v1's Q, K, V fused)."""
+    """huggingface_state_dict of a DebertaModel, through name_maps.py's DeBERTa table (v1's Q, K, V fused)."""
     state = model.state_dict()
     return {name.theirs: name.from_ours(state).detach().to("cpu").contiguous().clone()
             for name in deberta_tensor_names(model.config, **deberta_parts(model))}
@@ -424,9 +423,8 @@ def save_pretrained(model, directory, tokenizer=None, *, head=None, labels=None)
     With a task `head` (a fine-tuned model: minibert/heads.py's OutputLayer
     or SpanHead) and the task's `labels`, the folder is transformers' model
     for that task: the head's tensors under its names and config.json's
-    architecture and labels (task_heads.py)."""
+    architecture and labels (name_maps.py's task heads' table)."""
     from minibert.checkpoints.safetensors import save_safetensors
-    from minibert.checkpoints.task_heads import head_config, head_state_dict
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors, config = huggingface_state_dict(model), huggingface_config(model)
@@ -464,7 +462,7 @@ def copy_deberta_tokenizer_files(source, directory):
 
 class HuggingFaceCode(NamedTuple):
     """How one model class's Hugging Face files are read and written: its
-    tensors through its name map (name_maps.py, deberta_names.py)."""
+    tensors through its name map (name_maps.py)."""
     read: Callable          # (config, the file's tensors, source) -> the model, filled
     config: Callable        # model -> config.json's fields
     state_dict: Callable    # model -> {Hugging Face name: tensor}

@@ -1,11 +1,17 @@
-"""A task folder trained with transformers: read as minibert's task model.
+"""A fine-tuned folder's head, read: minibert's own, and one trained with transformers.
+
+load_task_head fills a task head from a fine-tuned folder's
+model.safetensors, under the names of the task heads' table (name_maps.py:
+transformers' For<Task> names). A folder of minibert's own says its task in
+task.json (commands/finetune.load_task_model reads it).
 
 transformers' AutoModelForSequenceClassification, ...ForTokenClassification
 and ...ForQuestionAnswering write the same folder minibert's fine-tuning
-writes (task_heads.py: the encoder and the head under the same names,
-config.json with `architectures` and `id2label`), but no task.json. So the
-encoder is read by load_pretrained and the head by load_task_head, as for a
-folder of minibert's own; what task.json would say comes from elsewhere:
+writes (the encoder and the head under the same names, config.json with
+`architectures` and `id2label`), but no task.json. So the encoder is read by
+load_pretrained and the head by load_task_head, as for a folder of
+minibert's own; what task.json would say comes from elsewhere
+(read_task_folder):
 
   the task          the caller's (finetune.py's and distill.py's --task)
   its head          config.json's `architectures`: <Family>ForSequenceClassification
@@ -27,15 +33,44 @@ folder of minibert's own. A task that takes its labels from the model
 import re
 from pathlib import Path
 
+import torch
+
 from minibert.checkpoints.families import BY_MODEL_TYPE
+from minibert.checkpoints.name_maps import TASK_HEADS, head_kind, head_tensor_names
 from minibert.checkpoints.pretrained import load_pretrained
-from minibert.checkpoints.task_heads import TASK_HEADS, head_kind, head_tensor_names, load_task_head
+from minibert.checkpoints.safetensors import load_safetensors
 from minibert.support.errors import MiniBertError, ParameterError
 from minibert.support.files import check_tokenizer_matches, read_json_object, tokenizer_fingerprint
 from minibert.support.outputs import describe_model_folder, model_folder_kind
 from minibert.tokenization import load_tokenizer
 
 GENERIC_LABEL = re.compile(r"LABEL_\d+")      # transformers' name for a label config.json does not name
+
+
+def load_task_head(head, weights_file, what):
+    """Fill `head` from a fine-tuned folder's model.safetensors and return it.
+    A missing file or tensor, a tensor of another shape or not a float is a
+    MiniBertError naming the file and `what` the head is."""
+    names = head_tensor_names(head_kind(head))
+    if not Path(weights_file).is_file():
+        raise MiniBertError(f"{weights_file}: no such file, which holds {what}")
+    tensors = load_safetensors(weights_file, names=[name.theirs for name in names])
+    shapes = {key: tuple(value.shape) for key, value in head.state_dict().items()}
+    state = {}
+    for name in names:
+        value = tensors.get(name.theirs)
+        if value is None:
+            raise MiniBertError(f"{weights_file}: tensor {name.theirs!r} of {what} is missing")
+        if not value.is_floating_point():
+            raise MiniBertError(f"{weights_file}: tensor {name.theirs!r} has dtype "
+                                f"{str(value.dtype).removeprefix('torch.')}; expected a floating-point weight")
+        if tuple(value.shape) != shapes[name.ours]:
+            raise MiniBertError(f"{weights_file}: does not fit {what} ({name.theirs} has shape "
+                                f"{list(value.shape)}, the head needs {list(shapes[name.ours])})")
+        state[name.ours] = value.to(torch.float32)
+    head.load_state_dict(state)
+    return head
+
 
 
 def architecture_kind(architecture):

@@ -387,7 +387,7 @@ def transfer_set_with_logits(teacher, examples, train_file, settings, device="cp
     """(transfer examples, teacher logits (N, K), whether the cache answered):
     augment and ask the teacher once; a later run with the same teacher, data
     and settings reads both back from the cache (support/caches.py)."""
-    from minibert.augment import PosLexicon
+    from minibert.distillation import PosLexicon
     from minibert.distillation import make_transfer_set, teacher_logits
     from minibert.support.caches import cached_transfer_set
 

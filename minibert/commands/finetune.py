@@ -463,7 +463,7 @@ def save_task_model(model, task, tokenizer, folder, record, metrics=None):
     temporary folder renamed into place, so a kill leaves the old best epoch
     or the new one, whole): a complete Hugging Face model folder (the
     encoder and the head under the names transformers' For<Task> model uses,
-    config.json with its architecture and labels; checkpoints/task_heads.py)
+    config.json with its architecture and labels; checkpoints/name_maps.py)
     and task.json (the task, its labels, the settings the features were
     made with, the metrics, and the vocabulary's fingerprint, so that
     load_task_model notices a vocab.txt replaced). The folder's other files (checkpoint.pt) are
@@ -509,8 +509,7 @@ def load_task_model(folder, make_task, overrides=None, task_name=None, label_map
 def read_task_model(folder, make_task, overrides=None, task_name=None, label_map=None):
     """load_task_model's reads, in order."""
     from minibert.checkpoints import load_pretrained
-    from minibert.checkpoints.task_folders import read_task_folder
-    from minibert.checkpoints.task_heads import load_task_head
+    from minibert.checkpoints.task_folders import load_task_head, read_task_folder
     from minibert.finetuning import TaskModel
     from minibert.tokenization import load_tokenizer
     if task_name is not None and not (Path(folder) / TASK_FILE).is_file():     # a folder trained with transformers

@@ -435,7 +435,7 @@ MIN_SEQ_LEN = 4
 
 def corpus_batches(files, tokenizer, cache_dir, max_seq_len, batch_size, seed, pair_objective, mask_prob,
                    whole_word, progress=True):
-    from minibert.pretraining_data import SENTENCE_END, PretrainingBatches, pack_blocks, split_sentences
+    from minibert.pretraining import SENTENCE_END, PretrainingBatches, pack_blocks, split_sentences
     from minibert.support.caches import TokenCache, build_token_cache, check_token_cache, is_token_cache
     if len(files) == 1 and is_token_cache(files[0]):
         cache = TokenCache(check_token_cache(files[0], tokenizer))

@@ -20,7 +20,7 @@ summed over the processes (all_reduce_sum), so they read as one process
 with the same global batch would read them.
 
 Randomness: the batches are a deterministic function of (seed, step) (see
-pretraining_data.py) and the dropout generator is re-seeded from (seed, step,
+pretraining.py) and the dropout generator is re-seeded from (seed, step,
 rank) at the start of each step. A checkpoint therefore needs only the model,
 the optimizer, the schedule and the step number to resume bit for bit.
 

@@ -162,7 +162,7 @@ def is_results_file(path):
 
 
 def write_autograder(args):
-    from minibert.coursework.autograder import write_autograder
+    from minibert.coursework.student import write_autograder
     chosen = grading.select(args.exercises, args.assignment)   # the names are checked here, not on Gradescope
     require_data(args.data, chosen)
     selection = list(args.exercises) + (["--assignment", *map(str, args.assignment)] if args.assignment else [])

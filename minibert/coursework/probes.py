@@ -152,7 +152,7 @@ def wordpiece(rng, g):
 
 
 def mlm_masking(rng, g):
-    data = module("minibert.pretraining_data")
+    data = module("minibert.pretraining")
     vocab_size = rng.randint(50, 200)
     input_ids = torch.randint(5, vocab_size, (rng.randint(2, 20), rng.randint(5, 40)), generator=g)
     chosen = torch.rand(input_ids.shape, generator=g) < rng.uniform(0.1, 0.5)
@@ -326,7 +326,7 @@ def distillation_loss(rng, g):
 
 
 def augment_mask_pos(rng, g):
-    augment = module("minibert.augment")
+    augment = module("minibert.distillation")
     lexicon = augment.PosLexicon({"cat": {"NN": 3}, "dog": {"NN": 1}, "runs": {"VBZ": 2}, "red": {"JJ": 1},
                                   "blue": {"JJ": 4}})
     for _ in range(8):

@@ -11,7 +11,7 @@ Files and folders, written safely:
     outputs.py          safe_run, the one call that makes a run safe (lock, checks, pipes, resume); a model
                         folder written as one unit (and what it holds), a JSON record in it
     caches.py           slow work done once, keyed by a hash of its inputs: the pretraining corpus tokenized
-                        (pretraining_data.py), a distillation's transfer set and teacher logits (distillation.py)
+                        (pretraining.py), a distillation's transfer set and teacher logits (distillation.py)
 
 File formats:
 
@@ -20,7 +20,7 @@ File formats:
     protobuf.py         the protobuf wire format (TF index entries); SentencePiece `.model` files
     task_files.py       minibert/tasks/: what every task's file reader shares (numbered lines, one-line
                         errors, the format of a first line, TSV rows, JSON fields) and the held-out split
-    student_files.py    augment.py, distillation.py: the POS-tagged file, word vectors, the student's
+    student_files.py    distillation.py: the POS-tagged file, word vectors, the student's
                         vocab.txt and padded batches, a distillation run's settings and files
 
 Downloads:

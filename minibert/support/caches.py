@@ -1,6 +1,6 @@
 """Caches of slow work, each keyed by a SHA-256 of everything its result
 depends on, so a changed input builds a new entry and a stale one is never
-reused: the pretraining corpus tokenized once (pretraining_data.py), and a
+reused: the pretraining corpus tokenized once (pretraining.py), and a
 distillation's transfer set with the teacher's logits on it (distillation.py).
 """
 
@@ -18,11 +18,11 @@ from minibert.support.task_files import ClassificationExample
 
 # ==============================================================================
 # The pretraining corpus, tokenized once: the token cache that
-# minibert/pretraining_data.py packs into sequences.
+# minibert/pretraining.py packs into sequences.
 #
 # Input files hold one paragraph per line; a blank line or a new file starts a
 # new document. Paragraphs are split into sentences by the lesson's rule
-# (pretraining_data.split_sentences, passed in). The
+# (pretraining.split_sentences, passed in). The
 # result is three numpy arrays saved in a folder named by a hash of (corpus,
 # vocabulary, settings), so a changed file, vocabulary or setting builds a new
 # cache, and the arrays are opened as memory maps (the corpus never has to fit
@@ -71,7 +71,7 @@ def build_token_cache(files, tokenizer, cache_dir, split_sentences, rule, progre
     end), sentence_documents.npy (document index of each sentence). Returns the
     folder; an existing complete cache is reused.
 
-    split_sentences: paragraph -> sentences (pretraining_data.split_sentences);
+    split_sentences: paragraph -> sentences (pretraining.split_sentences);
     rule: what the key records of it (its regular expression), so that a
     changed rule builds a new cache."""
     files = [Path(f) for f in files]

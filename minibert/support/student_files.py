@@ -1,5 +1,5 @@
-"""What only the distillation lessons (augment.py, distillation.py) read and
-check: the part-of-speech tagged file augment.py learns its replacements from,
+"""What only the distillation lesson (distillation.py) reads and checks: the
+part-of-speech tagged file its transfer set learns its replacements from,
 the word vectors the student's embeddings may start from, the student's
 vocab.txt and padded batches, and a distillation run's settings and the files
 they name.
@@ -21,9 +21,9 @@ from minibert.support.files import atomic_write, copy_for, not_a_file
 from minibert.support.outputs import describe_model_folder, model_folder_kind, read_record
 
 # ==============================================================================
-# Support for minibert/augment.py: the words and tags of a part-of-speech
-# tagged file ("word TAG ..." per line, as CoNLL-2003's) that augment.PosLexicon
-# learns from, and the checks of augment.py's arguments.
+# Support for minibert/distillation.py's transfer set: the words and tags of a
+# part-of-speech tagged file ("word TAG ..." per line, as CoNLL-2003's) that
+# distillation.PosLexicon learns from, and the checks of the augmenter's arguments.
 # ==============================================================================
 
 
@@ -79,7 +79,8 @@ PAIR_SCHEMES = ("consistent", "independent")   # one fate per word across the pa
 
 
 def check_augmentation(p_mask, p_pos, p_ng, max_n, pair_scheme="consistent", n_iter=1):
-    """augment.py's arguments: probabilities, n-gram and sample counts, the pair scheme."""
+    """The augmenter's arguments (distillation.py's transfer set): probabilities, n-gram and sample counts, the
+    pair scheme."""
     if pair_scheme not in PAIR_SCHEMES:
         raise MiniBertError(f"pair scheme {pair_scheme!r}: expected consistent or independent")
     for name, p in (("p_mask", p_mask), ("p_pos", p_pos), ("p_ng", p_ng)):
