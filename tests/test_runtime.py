@@ -27,7 +27,7 @@ def test_the_rule_gives_the_cores_not_already_busy_shared_among_local_processes(
 
 def test_the_flag_wins_over_omp_num_threads_which_wins_over_the_rule(monkeypatch):
     monkeypatch.setattr(runtime, "machine_cores", lambda: 2)
-    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (1.9, 1.0, 1.0))
+    monkeypatch.setattr(runtime, "busy_cores", lambda: 1.9)
     assert choose_threads(3, {"OMP_NUM_THREADS": "1"}) == (3, "--threads")
     assert choose_threads(None, {"OMP_NUM_THREADS": "2"}) == (2, "OMP_NUM_THREADS=2 in the environment")
     assert choose_threads(None, {}) == (1, "2 cores, 1.9 busy")
@@ -35,6 +35,36 @@ def test_the_flag_wins_over_omp_num_threads_which_wins_over_the_rule(monkeypatch
         assert choose_threads(None, {"OMP_NUM_THREADS": not_a_count}) == (1, "2 cores, 1.9 busy")
     monkeypatch.setattr(runtime, "machine_cores", lambda: 16)
     assert choose_threads(None, {"LOCAL_WORLD_SIZE": "4"}) == (3, "16 cores, 1.9 busy, shared by 4 processes")
+
+
+def test_busy_cores_are_the_busy_share_of_every_cores_time_over_the_sample(monkeypatch):
+    readings = iter([(1000, 4000), (1150, 4200)])            # (busy, total) ticks: 150 of 200 busy
+    monkeypatch.setattr(runtime, "cpu_times", lambda: next(readings))
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 2)
+    assert runtime.busy_cores(sample_seconds=0) == pytest.approx(1.5)
+    monkeypatch.setattr(runtime, "cpu_times", lambda: None)  # no /proc/stat: the 1-minute load average
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (0.7, 1.0, 1.0))
+    assert runtime.busy_cores(sample_seconds=0) == 0.7
+
+
+def test_busy_cores_sees_a_job_running_now(monkeypatch):
+    """A process spinning on one core is counted at once (the load average
+    would take about a minute to show it)."""
+    import subprocess
+    import sys
+    if runtime.cpu_times() is None:
+        pytest.skip("no /proc/stat here")
+    idle = runtime.busy_cores(sample_seconds=0.3)
+    if idle > runtime.os.cpu_count() - 1:
+        pytest.skip("no core is free here to see a new job on")
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        import time
+        time.sleep(0.3)
+        assert runtime.busy_cores(sample_seconds=0.3) > idle + 0.5
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def test_use_threads_sets_torch_and_says_so_unless_quiet(capsys):

@@ -5,6 +5,7 @@ random draw is made from.
 
 import hashlib
 import os
+import time
 
 import torch
 
@@ -136,22 +137,51 @@ def threads_rule(cores, load, processes=1):
 
         max(1, min(cores, cores - round(load)) // processes)
 
-    `load` is the 1-minute load average, the number of processes that were
-    running or waiting to run, averaged. Why not every core, torch's own
-    default: torch's threads meet at a barrier after every operation, so one
-    thread that waits for a core another job holds makes all of them wait. A
-    user measured a 30-step train_mlm.py run on 2 cores busy with other work:
-    66 s and 125 s with 2 threads, 31 s and 30 s with one.
+    `load` is how many cores other work keeps busy as the run starts
+    (busy_cores). Why not every core, torch's own default: torch's threads
+    meet at a barrier after every operation, so one thread that waits for a
+    core another job holds makes all of them wait. A user measured a 30-step
+    train_mlm.py run on 2 cores busy with other work: 66 s and 125 s with 2
+    threads, 31 s and 30 s with one.
 
-    Its limits: the load average trails the machine by about a minute (a job
-    that has just started or stopped is not yet in it); it counts the whole
-    machine, and in a container often the host's, whatever this process may
-    use; on Linux it also counts processes waiting on a disk, which hold no
-    core; a job that starts after this run has chosen is not seen. On an idle
-    machine the rule gives every core, as torch does. --threads N says
-    otherwise, and so does OMP_NUM_THREADS (use_threads)."""
+    Its limits: it sees the machine for a tenth of a second (a job that
+    pauses then is not counted; where /proc/stat is missing, the 1-minute
+    load average stands in, and it trails the machine by about a minute);
+    it counts the whole machine, and in a container often the host's,
+    whatever this process may use; a job that starts after this run has
+    chosen is not seen. On an idle machine the rule gives every core, as
+    torch does. --threads N says otherwise, and so does OMP_NUM_THREADS
+    (use_threads)."""
     free = min(cores, cores - round(load))
     return max(1, free // max(1, processes))
+
+
+def cpu_times():
+    """(busy, total) time of every core since boot, in clock ticks, from
+    Linux's /proc/stat ("cpu  user nice system idle iowait irq softirq
+    steal ..."; idle and iowait hold no core), or None elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    total = sum(fields)
+    return total - fields[3] - fields[4], total
+
+
+def busy_cores(sample_seconds=0.1):
+    """How many cores other work keeps busy now: the busy share of every
+    core's time over `sample_seconds` (this process sleeps meanwhile, so it
+    is not counted), times the machine's cores. Where /proc/stat is missing,
+    the 1-minute load average; on Windows, which has neither, 0."""
+    before = cpu_times()
+    if before is not None:
+        time.sleep(sample_seconds)
+        after = cpu_times()
+        busy, total = after[0] - before[0], after[1] - before[1]
+        if total > 0:
+            return busy / total * (os.cpu_count() or 1)
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
 def machine_cores():
@@ -173,8 +203,8 @@ def choose_threads(requested=None, environ=None):
     start. In order: `requested` (--threads N); OMP_NUM_THREADS, if the
     environment sets it to a count (what torch itself would read, and what
     torchrun sets to 1 for each of several processes unless it is set
-    already); else threads_rule over this process's cores, the load average
-    now, and LOCAL_WORLD_SIZE (torchrun's processes on this machine)."""
+    already); else threads_rule over this process's cores, the cores busy
+    now (busy_cores), and LOCAL_WORLD_SIZE (torchrun's processes on this machine)."""
     environ = os.environ if environ is None else environ
     if requested is not None:
         return requested, "--threads"
@@ -182,7 +212,7 @@ def choose_threads(requested=None, environ=None):
     if omp is not None:
         return omp, f"OMP_NUM_THREADS={omp} in the environment"
     cores = machine_cores()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0     # Windows has none: an idle machine
+    load = busy_cores()
     processes = positive_count(environ.get("LOCAL_WORLD_SIZE")) or 1
     shared = f", shared by {processes} processes" if processes > 1 else ""
     return threads_rule(cores, load, processes), f"{cores} cores, {load:.1f} busy{shared}"
