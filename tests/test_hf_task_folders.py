@@ -277,6 +277,21 @@ def test_a_folder_trained_with_transformers_gives_its_logits_in_the_tasks_label_
     assert torch.allclose(expected[real], ours[real], atol=1e-5)
 
 
+def test_a_folder_saved_as_pytorch_model_bin_gives_the_same_logits(tmp_path):
+    """transformers before version 5 (save_pretrained(safe_serialization=False))
+    wrote the state dict to pytorch_model.bin and no model.safetensors: the
+    encoder and the head are both read from it."""
+    folder, theirs = transformers_folder(tmp_path / "model", "bert", "sentence", ["negative", "positive"])
+    (folder / "model.safetensors").unlink()
+    torch.save(theirs.state_dict(), folder / "pytorch_model.bin")
+    assert (folder / "pytorch_model.bin").is_file() and not (folder / "model.safetensors").exists()
+    model, task, _, _ = finetune_command.load_task_model(folder, make_task, task_name="sst2",
+                                                      label_map={"negative": "0", "positive": "1"})
+    inputs = random_batch(theirs.config.vocab_size, batch=3, length=11, seed=2)
+    assert task.labels == ["0", "1"]
+    assert torch.allclose(transformers_logits(theirs, inputs), minibert_logits(model, inputs), atol=1e-5)
+
+
 def test_mnli_labels_are_put_in_minibert_order(tmp_path):
     folder, _ = transformers_folder(tmp_path / "model", "bert", "sentence", MNLI_SHUFFLED)
     _, task, _, _ = finetune_command.load_task_model(folder, make_task, task_name="mnli")

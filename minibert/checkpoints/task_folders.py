@@ -38,7 +38,7 @@ import torch
 from minibert.checkpoints.families import BY_MODEL_TYPE
 from minibert.checkpoints.name_maps import TASK_HEADS, head_kind, head_tensor_names
 from minibert.checkpoints.pretrained import load_pretrained
-from minibert.checkpoints.safetensors import load_safetensors
+from minibert.checkpoints.safetensors import load_safetensors, load_torch_bin
 from minibert.support.errors import MiniBertError, ParameterError
 from minibert.support.files import check_tokenizer_matches, read_json_object, tokenizer_fingerprint
 from minibert.support.outputs import describe_model_folder, model_folder_kind
@@ -48,13 +48,19 @@ GENERIC_LABEL = re.compile(r"LABEL_\d+")      # transformers' name for a label c
 
 
 def load_task_head(head, weights_file, what):
-    """Fill `head` from a fine-tuned folder's model.safetensors and return it.
-    A missing file or tensor, a tensor of another shape or not a float is a
-    MiniBertError naming the file and `what` the head is."""
+    """Fill `head` from a fine-tuned folder's model.safetensors (or, from
+    transformers' save_pretrained(safe_serialization=False), its
+    pytorch_model.bin) and return it. A missing file or tensor, a tensor of
+    another shape or not a float is a MiniBertError naming the file and
+    `what` the head is."""
     names = head_tensor_names(head_kind(head))
     if not Path(weights_file).is_file():
         raise MiniBertError(f"{weights_file}: no such file, which holds {what}")
-    tensors = load_safetensors(weights_file, names=[name.theirs for name in names])
+    if Path(weights_file).suffix == ".bin":
+        wanted = {name.theirs for name in names}
+        tensors = {key: value for key, value in load_torch_bin(weights_file).items() if key in wanted}
+    else:
+        tensors = load_safetensors(weights_file, names=[name.theirs for name in names])
     shapes = {key: tuple(value.shape) for key, value in head.state_dict().items()}
     state = {}
     for name in names:
@@ -189,7 +195,10 @@ def read_task_folder(folder, make_task, task_name, label_map=None, overrides=Non
               "architecture": architecture, "label_map": dict(label_map or {})}
     task = make_task(task_name, labels=labels, settings={**record, **(overrides or {})})
     what = f"the {task_name} head with {len(labels or [])} labels"
-    load_task_head(head, Path(folder) / "model.safetensors", what)
+    weights = Path(folder) / "model.safetensors"
+    if not weights.is_file() and (Path(folder) / "pytorch_model.bin").is_file():
+        weights = Path(folder) / "pytorch_model.bin"          # the encoder came from it too (load_pretrained)
+    load_task_head(head, weights, what)
     if order is not None:
         reorder_head(head, order)
     tokenizer = load_tokenizer(folder)
