@@ -238,7 +238,7 @@ def study_settings(args, model):
 
 
 def check_or_record_settings(work, settings):
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     from minibert.support.files import read_json_object, write_json
 
     path = work / STUDY_FILE
@@ -275,7 +275,7 @@ def build_variants(model_name, duplicate_text, work, patterns=()):
     from minibert.checkpoints import load_pretrained
     from minibert.duplication import duplicate_order, source_layer_order
     from minibert.commands.duplicate import write_model
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     from minibert.support.files import read_json_object
     from minibert.support.checks import parse_indices
 
@@ -329,7 +329,7 @@ def deepen_variant(model, layer_order, tied):
 
 def read_data(args, task, work):
     """(training examples, path of the held-out file, its description)."""
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
 
     if args.task == "squad" and args.split_eval is not None:
         raise MiniBertError("--split-eval: not for squad; hold out whole articles with bench/squad_articles.py "
@@ -355,7 +355,7 @@ def write_examples(task_name, examples, path):
     """Held-out examples in the task's own format, for finetune_command.predict (and finetune.py --eval)."""
     import json
 
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     from minibert.support.files import atomic_write
 
     with atomic_write(path, mode="w") as f:
@@ -459,7 +459,7 @@ def run_one(args, task, source, train_examples, eval_path, eval_name, folder, si
 
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     from minibert.support.files import write_json
     from minibert.tasks import make_task
 

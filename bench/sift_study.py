@@ -166,7 +166,7 @@ def how(record, reused):
 
 def main(argv=None):
     args = parser.parse_args(argv)
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     from minibert.support.files import write_json
     from minibert.tasks import make_task
 

@@ -32,7 +32,7 @@ def question_count(squad):
 
 def split_by_title(squad, titles):
     """(selected, rest): two SQuAD dicts. Unknown titles are an error."""
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     known = [article["title"] for article in squad["data"]]
     unknown = [title for title in titles if title not in known]
     if unknown:
@@ -44,7 +44,7 @@ def split_by_title(squad, titles):
 
 
 def main(argv=None):
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     from minibert.support.files import write_json
     args = parser.parse_args(argv)
     try:

@@ -31,7 +31,7 @@ _EXPORTS = {
     "load_tokenizer": "minibert.tokenization",
     "BertConfig": "minibert.model",
     "BertModel": "minibert.model",
-    "MiniBertError": "minibert.support.errors",
+    "MiniBertError": "minibert.support",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -62,7 +62,7 @@ import torch.nn.functional as F
 from minibert.model import (ACTIVATIONS, Activation, BertModel, BertModelOutput, LayerNorm, MaskedLMHead, Pooler,
                             TransformerLayer, merge_heads, split_heads)
 from minibert.support.checks import DEBERTA_MODEL_TYPES, check_deberta_config, check_deberta_json, named_by
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 MODEL_TYPES = DEBERTA_MODEL_TYPES  # "deberta" (v1), "deberta-v2" (v2 and v3)
 EMD_STEPS = 2                      # [DeBERTa] 3.2: n = 2 decoder layers, sharing weights

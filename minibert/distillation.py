@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from minibert.finetuning import run_model
 from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier, StudentConfig
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.runtime import seed_from
 from minibert.support.student_files import (StartingEmbeddings, check_augmentation, collate_student,
                                             read_word_vocabulary, tagged_word_counts, write_word_vocabulary)

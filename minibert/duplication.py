@@ -35,7 +35,7 @@ import dataclasses
 from minibert.checkpoints.families import RELATIVE_LAYER_COPIES, SHARED_GROUP, family_of
 from minibert.deberta import DebertaModel
 from minibert.support.checks import check_depth
-from minibert.support.errors import ParameterError
+from minibert.support import ParameterError
 from minibert.model import BertModel
 
 

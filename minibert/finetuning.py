@@ -28,7 +28,7 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from minibert.heads import IGNORE_INDEX
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.runtime import autocast as bf16_autocast, generator_for, move_to_device
 
 # ----------------------------------------------------------------------------

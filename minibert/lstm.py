@@ -59,7 +59,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from minibert.support.checks import REQUIRED, check_student_fields, student_fields_from
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 # ----------------------------------------------------------------------------
 # The student's hyper-parameters

@@ -26,7 +26,7 @@ import string
 import sys
 
 from minibert.support.checks import check_predictions, check_v2_inputs, paired, squad_questions
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 # ----------------------------------------------------------------------------
 # Classification (GLUE)

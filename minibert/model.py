@@ -51,7 +51,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minibert.support.checks import check_bert_config
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 # ----------------------------------------------------------------------------
 # Config

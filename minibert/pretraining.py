@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from minibert.heads import IGNORE_INDEX
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import vocabulary
 from minibert.support.runtime import generator_for, move_to_device
 

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.runtime import autocast, move_to_device
 from minibert.model import MaskedLMHead
 

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 NORMALISATION_EPS = 1e-7      # the official PerturbationLayer's LayerNorm(hidden, 1e-7, no weights)
 GRADIENT_EPS = 1e-6           # in the ascent step's denominator (deberta.md section 5, step 4)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.tokenizer_files import (albert_pipeline, check_batch, check_max_length, check_text,
                                               deberta_v1_pipeline, deberta_v2_pipeline, load_tokenizer_files,
                                               read_vocab, tokenizer_json_pipeline, trained_wordpiece_vocab,

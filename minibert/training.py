@@ -19,7 +19,7 @@ minibert/commands/trainer.py.
 
 import torch
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 # ----------------------------------------------------------------------------
 # Optimizer and schedule ([BERT] A.2; Google's optimization.py)

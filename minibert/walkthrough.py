@@ -31,7 +31,7 @@ import torch
 from minibert.model import ACTIVATIONS, attention, merge_heads, split_heads
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, make_parent_folder, output_file,
                                   positive_int, run, script_main)
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import write_json
 from minibert.support.runtime import autocast
 

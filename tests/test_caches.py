@@ -16,7 +16,7 @@ from minibert.distillation import DistillationSettings
 from minibert.pretraining import SENTENCE_END, split_sentences
 from minibert.support.caches import (CACHE_FORMAT, TokenCache, build_token_cache, check_token_cache, is_token_cache,
                                      load_transfer_cache, read_documents, save_transfer_cache, transfer_key)
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.task_files import ClassificationExample
 from minibert.tasks import make_task
 from minibert.tokenization import Tokenizer

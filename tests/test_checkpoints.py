@@ -31,7 +31,7 @@ import torch
 
 import minibert
 from minibert.checkpoints import huggingface_config, huggingface_state_dict, load_pretrained, save_pretrained
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.checkpoints.safetensors import load_safetensors, save_safetensors
 from minibert.support.hub import BUNDLED_MODEL_DIR
 from minibert.model import BertConfig, BertModel

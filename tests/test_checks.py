@@ -13,7 +13,7 @@ from minibert.model import ACTIVATIONS, BertConfig
 from minibert.support.checks import (MAX_DEPTH, check_depth, check_encoder_fields, check_predictions,
                                      check_student_fields, check_v2_inputs, field_error, is_int, is_number, paired,
                                      parse_indices, squad_questions, student_fields_from)
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 
 # ==============================================================================

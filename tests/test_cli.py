@@ -136,7 +136,7 @@ def test_seeds_outside_what_torch_takes_are_refused():
 
 
 def test_usage_errors_exit_2_with_the_usage_line_and_run_errors_exit_1_in_one_line(capsys):
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     parser = cli.ArgumentParser(prog="tool.py")
     parser.add_argument("--n", type=cli.positive_int, required=True)
 
@@ -161,7 +161,7 @@ def test_usage_errors_exit_2_with_the_usage_line_and_run_errors_exit_1_in_one_li
 
 
 def test_a_lessons_parameter_error_is_one_line_naming_the_flag_from_the_table(capsys):
-    from minibert.support.errors import MiniBertError, ParameterError
+    from minibert.support import MiniBertError, ParameterError
     assert cli.FLAGS["layer_order"] == "--order"
     for error, line in [(ParameterError("layer_order: empty; expected at least\none layer index"),
                          "error: --order: empty; expected at least one layer index"),
@@ -259,7 +259,7 @@ def test_every_training_script_shows_how_to_run_it_under_torchrun(script, capsys
 
 
 def test_under_torchrun_only_the_main_process_speaks(monkeypatch, capsys):
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     from minibert.support.outputs import is_main_process
 
     @cli.script_main
@@ -385,7 +385,7 @@ def test_a_script_main_takes_a_path_as_a_notebook_passes_it(tmp_path):
     # get_model_path() in the notebook returns a Path: the script reads it as the folder it names.
     import importlib.util
     from helpers import REPO
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     spec = importlib.util.spec_from_file_location("probe_script", REPO / "probe.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -16,7 +16,7 @@ from minibert.commands.distill import load_teacher
 from minibert.commands.distill import WEIGHTS_FILE, load_student, save_student
 from minibert.lstm import StudentConfig
 from minibert.distillation import PieceTokenizer, WordTokenizer, build_vocabulary
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.student_files import collate_student
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample

@@ -11,7 +11,7 @@ from minibert import duplication
 from minibert.checkpoints import load_pretrained
 from minibert.commands.duplicate import deeper_model, write_model
 from minibert.commands.probe import recorded_layer_order
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from tiny_models import save_tiny_model
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from minibert.checkpoints import load_pretrained
 from minibert.commands import probe as probe_command
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.tokenization import load_tokenizer
 from tiny_models import SENTENCES, save_tiny_model
 

@@ -576,7 +576,7 @@ def test_every_exercise_of_the_table_is_marked_and_has_a_test():
 
 
 def test_blanking_each_exercise_fails_its_own_tests_only(tmp_path):
-    # The independence sweep, in one fresh process (see minibert/coursework/independence.py).
+    # The independence sweep, in one fresh process (see the sweep in minibert/coursework/exercises.py).
     done = run_tool("sweep", "--json", tmp_path / "report.json")
     report = json.loads((tmp_path / "report.json").read_text())
     problems = [p for p in report["problems"] if "is not marked in the code" not in p]

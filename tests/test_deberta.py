@@ -17,7 +17,7 @@ from minibert.checkpoints.name_maps import split_v1_in_proj
 from minibert.deberta import (DebertaConfig, DebertaModel, DebertaPooler, DisentangledSelfAttention, log_bucket,
                               masked_softmax, pairwise_mask, relative_index, relative_scores_gathered,
                               relative_scores_written_out)
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.probing import hidden_states as probe_hidden_states
 from tiny_models import random_batch
 

@@ -28,7 +28,7 @@ from minibert.checkpoints import huggingface_state_dict, load_pretrained, save_p
 from minibert.checkpoints.name_maps import fuse_v1_in_proj, split_v1_in_proj
 from minibert.checkpoints.safetensors import load_safetensors
 from minibert.deberta import DebertaConfig, DebertaModel
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from test_deberta import TINY, V1, V3, batch, randomize
 from test_hub import env, fake_hub, hf_home, run_minibert, snapshot  # noqa: F401 (the shared fixtures)
 

@@ -32,7 +32,7 @@ import unicodedata
 import pytest
 import torch
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.protobuf import read_sentencepiece_model
 from minibert.tokenization import (DEBERTA_SPECIAL_TOKENS, Tokenizer, load_tokenizer, run_split_on_punc,
                                    sentencepiece_words, truncate_seq_pair)

@@ -17,7 +17,7 @@ from minibert.commands import distill as distill_command
 from minibert.commands.distill import load_student
 from minibert.support.cli import run
 from minibert.lstm import StudentConfig
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.tokenization import load_tokenizer
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)

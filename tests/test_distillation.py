@@ -21,7 +21,7 @@ from minibert.heads import IGNORE_INDEX
 from minibert.lstm import BiLSTMClassifier
 from minibert.distillation import DistillationSettings, WordTokenizer, build_vocabulary, optimizer_factory
 from minibert.lstm import StudentConfig
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.student_files import collate_student, pos_file_path
 from minibert.tasks import make_task
 from minibert.support.task_files import ClassificationExample

@@ -11,7 +11,7 @@ from minibert import duplication
 from minibert.checkpoints import load_pretrained
 from minibert.commands.duplicate import write_model
 from minibert.commands.probe import recorded_layer_order
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from helpers import error_line, run_script, run_script_in_process
 from tiny_models import save_tiny_model
 

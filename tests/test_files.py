@@ -9,7 +9,7 @@ import pytest
 
 from helpers import error_line, run_script_in_process
 from minibert.commands.train_mlm import text_files
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import atomic_write, not_a_file, process_is_alive, read_once, remove_leftovers
 from minibert.tasks import make_task
 
@@ -46,7 +46,7 @@ def test_a_file_size_limit_is_one_line_and_keeps_the_previous_file(tmp_path):
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"          # so the write fails with EFBIG, as a full disk does
         "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
-        "from minibert.support.errors import MiniBertError\n"
+        "from minibert.support import MiniBertError\n"
         "from minibert.support.files import atomic_write\n"
         "try:\n"
         f"    with atomic_write({str(tmp_path / 'out.bin')!r}) as f:\n"
@@ -246,7 +246,7 @@ def test_the_copies_a_killed_run_left_are_removed_by_the_next_run_that_copies_a_
 
 
 def test_a_missing_input_file_is_one_line_naming_its_flag(tmp_path):
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     from minibert.support.files import read_once
     with pytest.raises(MiniBertError) as info:
         read_once(tmp_path / "trian.tsv", "--train")

@@ -19,7 +19,7 @@ from minibert import heads
 from minibert.checkpoints import load_pretrained
 from minibert.heads import IGNORE_INDEX
 from minibert.model import BertModel
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.runtime import seed_from
 from minibert.tasks import make_task
 from minibert.tasks.classification import ClassificationTask

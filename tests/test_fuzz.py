@@ -40,7 +40,7 @@ import pytest
 import torch
 
 from minibert.checkpoints import huggingface_state_dict, load_pretrained, tf_bundle
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.tokenization import load_tokenizer
 from test_tf_bundle import block_layout, fix_crc, rewrite
 from tiny_models import SENTENCES, save_tiny_model

@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from minibert.commands import finetune as finetune_command
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.tasks import make_task
 from test_fuzz import JSON_VALUES, append, flip, insert, truncate, with_json_value
 from test_task_files import CONLL, MRPC_HEADER, SST2_TSV, SST_TREES, mnli_row, snli_line, squad_v1, squad_v2

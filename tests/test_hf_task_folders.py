@@ -15,7 +15,7 @@ from minibert.checkpoints import load_pretrained, save_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.heads import add_pooler_if_missing
 from minibert.model import BertModel
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.tasks import make_task
 from minibert.tokenization import load_tokenizer
 from tiny_models import random_batch, tiny_config, write_sst2, write_vocab

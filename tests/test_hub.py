@@ -31,7 +31,7 @@ from helpers import local_server
 from minibert.checkpoints import load_pretrained
 from minibert.checkpoints.safetensors import load_safetensors
 from minibert.support import hub
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.hub import (SHORT_NAMES, archive_names, archive_url, download_archive, resolve_model_dir,
                                   unpack_archive)
 from tiny_models import save_tiny_model
@@ -168,7 +168,7 @@ def run_minibert(code, env, **changes):
     """Run `code` in a fresh Python with `env` (+ `changes`): (exit code,
     stdout lines, stderr). A MiniBertError is printed as "error: ..." and
     exits 1, as the scripts do."""
-    program = ("import sys\nfrom minibert.support.errors import MiniBertError\n"
+    program = ("import sys\nfrom minibert.support import MiniBertError\n"
                "from minibert.support.hub import resolve_model_dir\n"
                "try:\n" + "".join(f"    {line}\n" for line in code.strip().splitlines()) +
                "except MiniBertError as e:\n    print(f'error: {e}')\n    sys.exit(1)\n")

@@ -13,7 +13,7 @@ import pytest
 
 from minibert.checkpoints import load_pretrained
 from minibert.support import hub
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.hub import ByteBudget, copy_member, resolve_model_dir, unpack_archive
 from minibert.tokenization import load_tokenizer
 from test_hub import (  # noqa: F401, F811 (server and cache are the shared fixtures)

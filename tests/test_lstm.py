@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.lstm import LSTM, BiLSTMClassifier, StudentConfig, lstm_cell
 
 

@@ -7,7 +7,7 @@ evaluate-v1.1.py / evaluate-v2.0.py, conlleval, GLUE's accuracy and F1.
 import pytest
 import torch
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.metrics import (accuracy, binary_f1, conll_chunks, conlleval, exact_match_score, f1_score,
                               f1_score_v1, iob1_to_iob2, normalize_answer, squad_v1_metrics, squad_v2_metrics)
 

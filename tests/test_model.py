@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from minibert.model import (ACTIVATIONS, BertConfig, BertModel, Embeddings, FeedForward, LayerNorm, MaskedLMHead,
                             Pooler, SelfAttention, TransformerLayer, attention, gelu, gelu_tanh, layer_norm,
                             merge_heads, padding_bias, split_heads)
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from tiny_models import random_batch, small_config
 
 

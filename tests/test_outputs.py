@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.outputs import (check_output_folder, enclosing_model_folder, file_identity, model_files,
                                       read_record, recover_folder, safe_run, write_folder, write_record)
 

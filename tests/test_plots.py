@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.plots import epoch_curves, model_label, require_matplotlib
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -149,7 +149,7 @@ def test_a_plot_on_a_full_disk_is_one_line_and_keeps_the_previous_figure(tmp_pat
     program = ("import resource, signal\n"
                "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"     # a write fails with EFBIG, as on a full disk
                "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
-               "from minibert.support.errors import MiniBertError\n"
+               "from minibert.support import MiniBertError\n"
                "from minibert.support.plots import plot_epochs\n"
                f"summary = {SUMMARY!r}\n"
                "try:\n"

@@ -23,7 +23,7 @@ from minibert.model import BertConfig, BertModel
 from minibert.pretraining import (SENTENCE_END, MaskedLMObjective, corrupt_chosen, mask_tokens, masked_lm_loss,
                                   normal_ids, split_sentences)
 from minibert.commands.train_mlm import pretrain
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import tokenizer_fingerprint
 from minibert.tokenization import Tokenizer, wordpiece_tokenizer
 from minibert.commands.trainer import load_checkpoint
@@ -339,7 +339,7 @@ def test_bundled_model_predicts_masked_tokens_of_a_held_out_book(tmp_path):
 
 
 def test_vocab_config_mismatch_and_incompatible_resume_are_clear_errors(corpus_and_tokenizer, tmp_path):
-    from minibert.support.errors import MiniBertError
+    from minibert.support import MiniBertError
     files, tokenizer = corpus_and_tokenizer
     wrong_vocab = tiny_config(tokenizer.vocab_size + 1)
     with pytest.raises(MiniBertError, match="vocab_size"):

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from minibert import probing
 from minibert.checkpoints import load_pretrained
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.model import BertModel, MaskedLMHead
 from minibert.commands.probe import read_sentences
 from minibert.tokenization import load_tokenizer

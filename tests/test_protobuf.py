@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.protobuf import fixed32_to_float, iter_fields, read_varint, to_signed64
 from helpers import varint
 

@@ -27,7 +27,7 @@ from minibert.checkpoints.safetensors import (  # noqa: E402
     save_safetensors,
     save_weights,
 )
-from minibert.support.errors import MiniBertError  # noqa: E402
+from minibert.support import MiniBertError  # noqa: E402
 from minibert.support.files import atomic_write, read_json_object  # noqa: E402
 from tiny_models import save_tiny_model  # noqa: E402
 
@@ -571,7 +571,7 @@ def test_weights_larger_than_the_address_space_limit_leaves_are_one_line_before_
     program = (
         "import resource, sys\n"
         "from minibert.checkpoints.safetensors import load_safetensors\n"
-        "from minibert.support.errors import MiniBertError\n"
+        "from minibert.support import MiniBertError\n"
         "mapped = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmSize:')) * 1024\n"
         "resource.setrlimit(resource.RLIMIT_AS, (mapped + 2**30, resource.RLIM_INFINITY))\n"   # 1 GiB more
         "try:\n"

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from helpers import error_line, run_script_in_process
 from minibert import sift
 from minibert.checkpoints import save_pretrained
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.finetuning import TaskModel
 from minibert.model import BertModel
 from minibert.heads import IGNORE_INDEX

@@ -12,7 +12,7 @@ from helpers import error_line, run_script, run_script_in_process
 from minibert.distillation import split_words
 from minibert.distillation import DistillationSettings, PAPER_CONFIGS, PieceTokenizer, WordTokenizer, build_vocabulary
 from minibert.commands.distill import load_teacher
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.student_files import (check_files, check_run, check_word_vectors, pos_file_path,
                                             read_word_vectors, tagged_lines, tagged_word_counts,
                                             teacher_embedding_matrix)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.task_files import ClassificationExample, detect_format, split_examples
 from minibert.tasks import make_task
 from minibert.tasks.classification import READERS, read_mnli, read_mrpc, read_qqp, read_snli, read_sst2

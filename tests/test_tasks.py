@@ -9,7 +9,7 @@ import random
 import pytest
 
 from helpers import run_script_in_process
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.tasks import CLASSIFICATION, TASKS, Task, make_task, register, task_class
 from minibert.tasks.classification import CLASSIFICATION_LABELS, WITH_F1
 from tiny_models import FILLER, NEGATIVE, POSITIVE, write_toy_sst2

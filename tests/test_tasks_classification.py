@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from minibert.model import BertConfig, BertModelOutput
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.tasks import CLASSIFICATION, make_task
 from minibert.tasks.classification import CLASSIFICATION_LABELS, ClassificationTask
 from minibert.support.task_files import ClassificationExample

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from minibert.commands import finetune as finetune_command
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.model import BertConfig, BertModelOutput
 from minibert.heads import IGNORE_INDEX
 from minibert.tasks.ner import (NerExamples, NerSentence, NerTask, check_known_tags, check_tag_set, first_pieces,

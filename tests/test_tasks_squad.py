@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from minibert.commands import finetune as finetune_command
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.metrics import squad_v1_metrics, squad_v2_metrics
 from minibert.model import BertModelOutput
 from minibert.tasks.squad import (SQUAD_SETTINGS, SquadPredictions, SquadQuestion, SquadTask, answer_tokens,

@@ -17,7 +17,7 @@ import pytest
 from minibert.checkpoints import load_pretrained, tf_bundle
 from minibert.checkpoints.tf_bundle import (crc32c, find_tf_checkpoint_prefix, list_tf_checkpoint,
                                             read_tf_checkpoint, unmask_crc)
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from helpers import varint
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import minibert
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.tokenizer_files import casing_from_folder_name, read_vocab
 from minibert.tokenization import (
     BERT_SPECIAL_TOKENS,

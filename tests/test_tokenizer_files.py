@@ -14,7 +14,7 @@ import unicodedata
 import pytest
 
 from helpers import varint
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.protobuf import read_model_file, read_sentencepiece_model
 from minibert.support.tokenizer_files import find_tokenizer_files, read_merges, read_vocab
 from minibert.tokenization import (BERT_SPECIAL_TOKENS, Tokenizer, albert_piece_score, load_tokenizer, preprocess_text,

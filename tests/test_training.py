@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from minibert.model import BertModel
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.commands.trainer import (BudgetClock, Context, TrainingConfig, evaluation_line, load_checkpoint,
                                     progress_postfix, rows_for_rank, train)
 from minibert.training import (SCHEDULES, AdamW, BertAdam, adamw_update, make_optimizer,

@@ -15,7 +15,7 @@ from minibert.checkpoints import load_pretrained
 from minibert.deberta import DebertaConfig, DebertaModel
 from minibert.model import ACTIVATIONS, BertModel
 from minibert.support.cli import UsageError, run
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.tokenization import load_tokenizer
 from tiny_models import SENTENCES, save_tiny_model, tiny_config, write_vocab
 

@@ -27,7 +27,7 @@ import torch
 
 from minibert.checkpoints.families import LAYER_COPIES, family_of
 from minibert.heads import OutputLayer, SpanHead
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 # `python -m minibert.checkpoints.name_maps` imports the package first, whose
 # __init__ imports this module; runpy then warns that the module it is about

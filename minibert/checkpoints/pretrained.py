@@ -43,7 +43,7 @@ from minibert.checkpoints.name_maps import (DEBERTA_POSITION_TABLE, LoadReport, 
                                             head_config, head_state_dict, module_rows, normalize_deberta_names,
                                             normalize_hf_names, normalize_tf_names, tied_copy_rows)
 from minibert.deberta import MODEL_TYPES as DEBERTA_MODEL_TYPES, DebertaConfig, DebertaModel
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import atomic_write, read_json_object, write_json
 from minibert.support.outputs import describe_model_folder, model_folder_kind
 from minibert.model import BertConfig, BertModel, MaskedLMHead

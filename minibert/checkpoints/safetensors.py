@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import atomic_write
 from minibert.support.runtime import check_can_allocate
 

@@ -39,7 +39,7 @@ from minibert.checkpoints.families import BY_MODEL_TYPE
 from minibert.checkpoints.name_maps import TASK_HEADS, head_kind, head_tensor_names
 from minibert.checkpoints.pretrained import load_pretrained
 from minibert.checkpoints.safetensors import load_safetensors, load_torch_bin
-from minibert.support.errors import MiniBertError, ParameterError
+from minibert.support import MiniBertError, ParameterError
 from minibert.support.files import check_tokenizer_matches, read_json_object, tokenizer_fingerprint
 from minibert.support.outputs import describe_model_folder, model_folder_kind
 from minibert.tokenization import load_tokenizer

@@ -31,7 +31,7 @@ import struct
 import numpy as np
 
 from minibert.support.protobuf import iter_fields, read_varint, to_signed64
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 # ---------------------------------------------------------------------------
 # CRC-32C (Castagnoli), as "masked" by LevelDB (docs/formats.md 4.2 and 4.4)

@@ -67,7 +67,7 @@ from minibert.commands.finetune import BestEpoch, evaluate, load_task_model
 from minibert.support import cli
 from minibert.support.checks import MAX_EMBEDDING_DIM
 from minibert.support.cli import ArgumentParser, HelpFormatter, format_metrics, json_safe, script_main
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import as_given, fingerprint, not_a_file, read_json_object, write_json
 from minibert.support.outputs import (CHECKPOINT, describe_model_folder, file_identity, is_main_process,
                                       model_folder_kind, read_as_one, read_record, restore_interrupted, safe_run,

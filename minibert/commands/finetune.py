@@ -72,7 +72,7 @@ from tqdm.auto import tqdm
 
 from minibert.support import cli
 from minibert.support.cli import ArgumentParser, HelpFormatter, format_metrics, json_safe, script_main
-from minibert.support.errors import MiniBertError, ParameterError
+from minibert.support import MiniBertError, ParameterError
 from minibert.support.files import as_given, check_tokenizer_matches, tokenizer_fingerprint, write_json
 from minibert.support.outputs import (CHECKPOINT, check_task_record, describe_model_folder, file_identity,
                                       is_main_process, model_folder_kind, read_as_one, read_record, safe_run,

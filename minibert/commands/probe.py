@@ -31,7 +31,7 @@ from pathlib import Path
 
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_device, add_reports, make_parent_folder,
                                   non_negative_int, positive_float, positive_int, probability, script_main)
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import read_json_object, write_json
 from minibert.support.outputs import safe_run
 from minibert.support.plots import model_label, plot_probe, require_matplotlib

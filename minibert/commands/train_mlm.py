@@ -76,7 +76,7 @@ from tqdm.auto import tqdm
 from minibert.support.cli import (ArgumentParser, HelpFormatter, add_bf16, add_checkpointing, add_device, add_reports,
                                   int_at_least, make_parent_folder, non_negative_float, non_negative_int, output_folder,
                                   positive_float, positive_int, probability, script_main)
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import as_given, not_a_file, tokenizer_fingerprint, vocabulary
 from minibert.support.outputs import (CHECKPOINT, MODEL_FOLDER_FILES, file_identity, is_main_process, safe_run,
                                       write_folder)

@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm                   # a widget in a notebook, text in a terminal
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import remove_leftovers, save_torch
 from minibert.support.outputs import is_main_process
 from minibert.support.runtime import autocast as bf16_autocast, choose_device, move_to_device, seed_from

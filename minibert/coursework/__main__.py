@@ -27,7 +27,7 @@ from minibert.coursework import sandbox
 from minibert.coursework.exercises import ASSIGNMENTS, TESTS_FOLDER, CourseworkError, find_regions
 from minibert.coursework.milestone import SST2_FILES, TARGET_PERCENT, missing_data
 from minibert.support.cli import ArgumentParser, HelpFormatter, int_between, run
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import atomic_write, temporary_name
 
 # The checkout this minibert package was imported from: what --repo and
@@ -174,7 +174,7 @@ def write_autograder(args):
 
 
 def run_sweep(repo, full, json_path):
-    from minibert.coursework.independence import sweep
+    from minibert.coursework.exercises import sweep
     if json_path:                      # before the sweep, which rewrites and restores the lessons' files
         check_results_path(json_path, repo, repo, package_name="the repository's package")
     report = sweep(repo, full=full)

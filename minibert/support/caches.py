@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import (atomic_write, copy_for, file_sha256, fingerprint, remove_leftovers_in, save_array,
                                     tokenizer_fingerprint, write_json)
 from minibert.support.hub import default_cache_dir

@@ -5,7 +5,7 @@ layer order, and what the official metrics are given.
 Each raises a one-line MiniBertError (a ParameterError for a lesson's
 parameter) naming the field or parameter, its value and what was expected; the
 lesson that calls a check says what the value means. This module imports
-nothing of minibert but errors.py: the model files (model.py, deberta.py,
+nothing of minibert but the error types (support/__init__.py): the model files (model.py, deberta.py,
 lstm.py) call it, and they know no file format.
 """
 
@@ -13,7 +13,7 @@ import math
 import re
 from contextlib import contextmanager
 
-from minibert.support.errors import MiniBertError, ParameterError
+from minibert.support import MiniBertError, ParameterError
 
 # ==============================================================================
 # Config validation for the model files: every field of a BertConfig or a

@@ -52,7 +52,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from minibert.support.errors import MiniBertError, ParameterError, Terminated
+from minibert.support import MiniBertError, ParameterError, Terminated
 
 
 class UsageError(MiniBertError):

@@ -24,7 +24,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 # ==============================================================================
 # Writing files so that a crash never leaves half a file behind.

@@ -74,7 +74,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from tqdm.auto import tqdm
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 BUNDLED_MODEL_NAME = "minibert-gutenberg"
 BUNDLED_MODEL_DIR = Path(__file__).parent.parent / "pretrained" / "minibert-gutenberg"

@@ -51,7 +51,7 @@ import threading
 import time
 from pathlib import Path
 
-from minibert.support.errors import MiniBertError, Terminated
+from minibert.support import MiniBertError, Terminated
 from minibert.support.files import (DISK_FULL, LEFTOVER, as_given, check_file_flags, copy_for, file_sha256,
                                     fingerprint, fsync_folder, glob_escape, process_is_alive, read_all_once,
                                     read_json_object, refuse_special, temporary_name, write_json)

@@ -13,7 +13,7 @@ import os
 import textwrap
 from pathlib import Path
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import atomic_write
 
 INSTALL_HINT = "pip install -e '.[plot]', or pip install matplotlib"

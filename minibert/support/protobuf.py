@@ -18,7 +18,7 @@ import pathlib
 import struct
 from dataclasses import dataclass
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 
 def read_varint(buf, pos, what="protobuf message"):

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 # ==============================================================================
 # Where tensors live: choosing a device, and moving a batch there.

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from minibert.support.checks import EMBEDDINGS_MODES, MAX_EMBEDDING_DIM as MAX_DIM
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import atomic_write, copy_for, not_a_file
 from minibert.support.outputs import describe_model_folder, model_folder_kind, read_record
 

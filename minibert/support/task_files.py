@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 
 
 @dataclass

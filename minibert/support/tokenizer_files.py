@@ -23,7 +23,7 @@ from typing import Optional
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import atomic_write, read_json_object, write_json
 from minibert.support.protobuf import SPM_CONTROL, SPM_UNKNOWN, read_model_file
 

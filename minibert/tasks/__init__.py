@@ -47,7 +47,7 @@ its name, as `cls(name=name, labels=labels, settings=settings)`.
 
 import importlib
 
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.task_files import split_examples
 
 # The tasks: name -> its class, or "module:Class" to import when the task is

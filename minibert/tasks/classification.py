@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from minibert import metrics
 from minibert.heads import OutputLayer
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import atomic_write
 from minibert.support.task_files import (ClassificationExample, check_format, json_record, line_error, nonempty,
                                          numbered_lines, tsv_rows)

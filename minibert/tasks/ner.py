@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from minibert import metrics
 from minibert.heads import IGNORE_INDEX, OutputLayer
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import atomic_write
 from minibert.support.task_files import check_format, line_error, numbered_lines
 from minibert.tasks import Task

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from minibert import metrics
 from minibert.heads import MASKED_LOGIT, SpanHead
-from minibert.support.errors import MiniBertError
+from minibert.support import MiniBertError
 from minibert.support.files import read_json_object, write_json
 from minibert.support.task_files import check_format, json_field, nonempty
 from minibert.tasks import Task
