@@ -15,8 +15,8 @@ A bigger run, the bundled model's shape (its exact recipe: docs/results.md 1):
         --batch-size 256 --lr 1e-3 --steps 20000 --output runs/gutenberg
 
 On a time budget, the learning rate keyed to the clock (instead of --steps): one hour
-on 2 CPU cores, the best recipe measured so far (40.42% held-out masked-token accuracy,
-perplexity 27.74, 14,010 steps; docs/results.md 11):
+on 2 CPU cores, the best recipe measured so far (41.82% held-out masked-token accuracy,
+perplexity 24.31, over three seeds; docs/results.md 11):
 
     python train_mlm.py --corpus ../shared/data/corpus --heldout pg11_ pg84_ pg1661_ \
         --vocab minibert/pretrained/minibert-gutenberg/vocab.txt --layers 4 --hidden 128 --heads 2 \
