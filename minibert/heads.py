@@ -1,7 +1,7 @@
 """The heads fine-tuning puts on a pretrained encoder ([BERT] 4, Figure 4).
 
-Below both the task objects (minibert/tasks/) and the run
-(minibert/finetuning.py), which both use them:
+Below both the task objects (minibert/tasks/) and the fine-tuning lesson
+(minibert/finetuning.py: TaskModel, the objective), which both use them:
 
   OutputLayer            one linear layer on the pooled [CLS] vector (a class
                          per sentence) or on every token (a class per token)

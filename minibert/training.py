@@ -223,8 +223,10 @@ def training_step(model, micro_batches, objective, optimizer, scheduler, max_gra
         check(stats)
     if max_grad_norm:
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)   # ||g|| <= 1.0, as Google's BERT
-    optimizer.step()                  # AdamW (decoupled weight decay, no decay on biases and LayerNorm)
-    scheduler.step()                  # the next step's rate: warm-up, then decay to 0 (by step or clock)
+    optimizer.step()                  # BERT's AdamW (decoupled weight decay, none on biases and LayerNorm);
+                                      # Tang's student: Adadelta (distillation.py)
+    scheduler.step()                  # the next step's rate: BERT's warm-up then decay to 0 (by step or
+                                      # clock); constant for Tang's student
     optimizer.zero_grad(set_to_none=True)
     # end exercise
     return stats
